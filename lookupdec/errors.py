@@ -1,0 +1,40 @@
+"""Exceptions raised by lookupdec.
+
+Every error about a file names the file and, where it makes sense, the byte offset
+at which the problem was found, so that a user can look at the bytes themselves.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class LookupdecError(Exception):
+    """Base class of every error lookupdec raises on purpose."""
+
+
+class FileFormatError(LookupdecError, ValueError):
+    """A file exists but its contents are not what its format requires.
+
+    ``path`` is the file, ``offset`` the byte offset of the problem (``None`` when
+    the problem is not at one place, e.g. a wrong total size).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], message: str, offset: int | None = None) -> None:
+        self.path = os.fspath(path)
+        self.offset = offset
+        self.reason = message
+        where = f" at byte offset {offset}" if offset is not None else ""
+        super().__init__(f"{self.path}: {message}{where}")
+
+
+class CacheFormatError(FileFormatError):
+    """An n-gram cache file (legacy, fork or lookupdec format) is malformed."""
+
+
+class TokenFileError(FileFormatError):
+    """A token file is malformed (size not a multiple of 4, ids outside int32, ...)."""
+
+
+class TokenRangeError(LookupdecError, ValueError):
+    """A token id given through the API does not fit in a signed 32-bit integer."""

@@ -1,0 +1,38 @@
+"""lookupdec's reference implementation: readable, spec-faithful pure Python; the oracle.
+
+Same public API as :mod:`lookupdec.fast`. Names follow llama.cpp's ``common/ngram-cache.h``:
+``NgramCache.update`` / ``merge`` / ``save`` / ``load`` and :func:`draft`.
+"""
+
+from __future__ import annotations
+
+from lookupdec.reference.cache import (
+    NGRAM_MAX,
+    NGRAM_MIN,
+    NGRAM_STATIC,
+    TOKEN_NULL,
+    NgramCache,
+    build_static,
+)
+from lookupdec.reference.draft import draft
+from lookupdec.reference.replay import replay
+from lookupdec.result import ReplayResult
+
+IMPLEMENTATION = "reference"
+"""The name of this implementation."""
+COMPILED = False
+"""The reference is never compiled."""
+
+__all__ = [
+    "COMPILED",
+    "IMPLEMENTATION",
+    "NGRAM_MAX",
+    "NGRAM_MIN",
+    "NGRAM_STATIC",
+    "TOKEN_NULL",
+    "NgramCache",
+    "ReplayResult",
+    "build_static",
+    "draft",
+    "replay",
+]

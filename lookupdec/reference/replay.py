@@ -1,0 +1,77 @@
+"""The llama-lookup-stats loop (spec 8.2): replay a text and count drafted and accepted tokens."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from lookupdec.reference.cache import NGRAM_MAX, NGRAM_MIN, NgramCache
+from lookupdec.reference.draft import PartSource, draft
+from lookupdec.result import ReplayResult
+
+ProgressCallback = Callable[[int, int], None]
+"""Called as ``progress(tokens_done, tokens_total)`` after every chunk."""
+
+
+def replay(
+    tokens: Sequence[int],
+    n_ctx: int = 4096,
+    n_draft: int = 8,
+    nc_static: PartSource | None = None,
+    nc_dynamic: NgramCache | None = None,
+    progress: ProgressCallback | None = None,
+) -> ReplayResult:
+    """Replay ``tokens`` as llama-lookup-stats does and return the counts and timings.
+
+    The tokens are cut into chunks of ``n_ctx`` while ``i_start + n_ctx < len(tokens)``
+    (so a last chunk that ends exactly at the end is dropped too, as in llama.cpp).
+    Each chunk starts with an empty context cache; after a chunk the context cache is
+    merged into the dynamic one, which therefore grows through the run. ``nc_dynamic``
+    is modified in place when given.
+    """
+    if n_ctx < 1:
+        raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
+    if n_draft < 0:
+        raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+    tokens = list(tokens)
+    static: PartSource = nc_static if nc_static is not None else NgramCache()
+    dynamic = nc_dynamic if nc_dynamic is not None else NgramCache()
+    context = NgramCache()
+    n_drafted = n_accept = 0
+    t_draft = 0.0
+    total = len(tokens)
+    i_start = 0
+    while i_start + n_ctx < total:
+        chunk = tokens[i_start : i_start + n_ctx]
+        out = [chunk[0]]  # the first token is given, and not counted into the context cache
+        while len(out) < n_ctx:
+            drafted = [out[-1]]
+            t0 = time.perf_counter()
+            draft(out, drafted, n_draft, NGRAM_MIN, NGRAM_MAX, context, dynamic, static)
+            t_draft += time.perf_counter() - t0
+            n_drafted += len(drafted) - 1  # drafts past the chunk end count too
+            t0 = time.perf_counter()
+            for token in drafted[1:]:
+                if len(out) >= n_ctx or chunk[len(out)] != token:
+                    break
+                n_accept += 1
+                out.append(token)
+                context.update(out, 1, NGRAM_MIN, NGRAM_MAX)
+            if len(out) < n_ctx:  # the "sampled" token is the ground truth
+                out.append(chunk[len(out)])
+                context.update(out, 1, NGRAM_MIN, NGRAM_MAX)
+            t_draft += time.perf_counter() - t0
+        dynamic.merge(context)
+        context.clear()
+        i_start += n_ctx
+        if progress is not None:
+            progress(min(i_start, total), total)
+    return ReplayResult(
+        n_ctx=n_ctx,
+        n_draft=n_draft,
+        n_tokens=total,
+        n_predict=total - total % n_ctx,
+        n_drafted=n_drafted,
+        n_accept=n_accept,
+        t_draft_s=t_draft,
+    )
