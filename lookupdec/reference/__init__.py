@@ -15,6 +15,7 @@ from lookupdec.reference.cache import (
     build_static,
 )
 from lookupdec.reference.draft import draft
+from lookupdec.reference.files import load_static
 from lookupdec.reference.replay import replay
 from lookupdec.result import ReplayResult
 
@@ -34,5 +35,6 @@ __all__ = [
     "ReplayResult",
     "build_static",
     "draft",
+    "load_static",
     "replay",
 ]

@@ -18,6 +18,7 @@ from lookupdec._atomic import atomic_writer
 from lookupdec.errors import CacheFormatError
 from lookupdec.formats import detect_format
 from lookupdec.reference.cache import NgramCache
+from lookupdec.reference.draft import PartSource
 
 _KEY = struct.Struct("<4i")
 _I32 = struct.Struct("<i")
@@ -101,3 +102,18 @@ def load_cache(path: str | os.PathLike[str], *, strict: bool = False) -> NgramCa
     from lookupdec.formats import read_as_contents
 
     return NgramCache.from_contents(read_as_contents(path))
+
+
+def load_static(path: str | os.PathLike[str], *, in_memory: bool = False, strict: bool = False) -> PartSource:
+    """Open a static cache of any format for drafting.
+
+    The reference always reads the whole file into dicts (``in_memory`` is accepted for
+    API parity with :mod:`lookupdec.fast` and has no effect), except fork v1 files, which
+    hold no key table and can only be looked up through their constmap.
+    """
+    del in_memory  # the reference has only one way to hold a cache
+    if detect_format(path) == "fork-v1":
+        from lookupdec.formats import ForkStatic
+
+        return ForkStatic(path)
+    return load_cache(path, strict=strict)
