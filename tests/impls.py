@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from types import ModuleType
 
+import lookupdec.reference
 from tests.conftest import fast_or_skip
 
-import lookupdec.reference
+
+class ImplTests:
+    """Base of every test mixin: ``self.impl`` is the implementation module under test."""
+
+    @property
+    def impl(self) -> ModuleType:
+        raise NotImplementedError("combine the mixin with ReferenceImpl or FastImpl")
 
 
-class ReferenceImpl:
+class ReferenceImpl(ImplTests):
     """Mixin target: the pure-Python reference."""
 
     @property
@@ -17,7 +24,7 @@ class ReferenceImpl:
         return lookupdec.reference
 
 
-class FastImpl:
+class FastImpl(ImplTests):
     """Mixin target: the fast path (compiled when installed with mypyc)."""
 
     @property

@@ -5,14 +5,13 @@ from __future__ import annotations
 import struct
 import warnings
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from lookupdec.errors import CacheFormatError
 from tests.conftest import vectors
-from tests.impls import FastImpl, ReferenceImpl
+from tests.impls import FastImpl, ImplTests, ReferenceImpl
 
 
 def record(key: tuple[int, int, int, int], followers: list[tuple[int, int]], ntokens: int | None = None) -> bytes:
@@ -20,8 +19,7 @@ def record(key: tuple[int, int, int, int], followers: list[tuple[int, int]], nto
     return struct.pack("<4ii", *key, n) + b"".join(struct.pack("<ii", t, c) for t, c in followers)
 
 
-class LegacyFileTests:
-    impl: ModuleType
+class LegacyFileTests(ImplTests):
 
     def load(self, path: Path, **kw: Any) -> Any:
         with warnings.catch_warnings():
@@ -40,12 +38,12 @@ class LegacyFileTests:
             n = int(upstream.split()[1])
             assert len(self.load(path)) == n
         else:  # llama.cpp aborts the process; we raise, naming the file
-            with pytest.raises(CacheFormatError, match="cut.bin"):
+            with pytest.raises(CacheFormatError, match=r"cut\.bin"):
                 self.load(path)
         if fork.startswith("ok"):
             assert len(self.load(path, strict=True)) == int(fork.split()[1])
         else:
-            with pytest.raises(CacheFormatError, match="cut.bin"):
+            with pytest.raises(CacheFormatError, match=r"cut\.bin"):
                 self.load(path, strict=True)
 
     def test_trailing_bytes_warn(self, tmp_path: Path) -> None:
@@ -81,7 +79,7 @@ class LegacyFileTests:
         assert self.impl.NgramCache.load(path).contents() == [((1, 2, 3, 4), [(5, 1), (6, 2)])]
 
     def test_missing_file(self, tmp_path: Path) -> None:
-        with pytest.raises(FileNotFoundError, match="nope.bin"):
+        with pytest.raises(FileNotFoundError, match=r"nope\.bin"):
             self.impl.NgramCache.load(tmp_path / "nope.bin")
 
     def test_empty_file(self, tmp_path: Path) -> None:
@@ -127,9 +125,8 @@ class TestLegacyFilesFast(FastImpl, LegacyFileTests):
 
 def test_each_reads_what_the_other_wrote(tmp_path: Path) -> None:
     """Like test_pickle: files written by one implementation load identically in the other."""
-    from tests.conftest import fast_or_skip
-
     import lookupdec.reference as ref
+    from tests.conftest import fast_or_skip
 
     fast = fast_or_skip()
     seq = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3]

@@ -6,14 +6,13 @@ Expected values are what llama.cpp's own C++ reports under the smallest-id tie r
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
 
 from tests.conftest import SHARED_DATA
-from tests.impls import FastImpl, ReferenceImpl
+from tests.impls import FastImpl, ImplTests, ReferenceImpl
 
 REPLAY = SHARED_DATA / "wiki.test.raw.llama3.bin"
 CORPUS = SHARED_DATA / "enwiki_wt.10M.llama3.bin"
@@ -25,8 +24,7 @@ def tokens(path: Any) -> list[int]:
     return list(np.fromfile(path, dtype="<i4").tolist())
 
 
-class RealDataTests:
-    impl: ModuleType
+class RealDataTests(ImplTests):
 
     def test_wikitext_no_static(self) -> None:
         result = self.impl.replay(tokens(REPLAY), 4096, 8)

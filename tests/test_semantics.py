@@ -5,19 +5,17 @@ Expected values here were worked out by hand from the spec, not taken from the c
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from lookupdec.errors import TokenRangeError
-from tests.impls import FastImpl, ReferenceImpl
+from tests.impls import FastImpl, ImplTests, ReferenceImpl
 
 K = -1  # key padding
 
 
-class SemanticsTests:
-    impl: ModuleType
+class SemanticsTests(ImplTests):
 
     def cache(self, contents: list[Any]) -> Any:
         return self.impl.NgramCache.from_contents(contents)

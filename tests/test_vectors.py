@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import vectors
-from tests.impls import FastImpl, ReferenceImpl
+from tests.impls import FastImpl, ImplTests, ReferenceImpl
 
 
 def build(impl: ModuleType, seqs: Sequence[Sequence[int]], ngram_min: int, ngram_max: int) -> Any:
@@ -38,8 +38,7 @@ def run_draft_case(impl: ModuleType, case: dict[str, Any]) -> list[int]:
     return list(drafted[1:])
 
 
-class VectorTests:
-    impl: ModuleType
+class VectorTests(ImplTests):
 
     @pytest.mark.parametrize("name", ["draft", "draft_ties"])
     def test_draft(self, name: str) -> None:
