@@ -1,0 +1,51 @@
+"""lookupdec's fast path: the same API as :mod:`lookupdec.reference`, compiled with mypyc.
+
+``pip install`` compiles :mod:`lookupdec.fast._core` (cache, drafting, replay) and
+:mod:`lookupdec.fast._index` (the static index) to C extension modules (see ``setup.py``).
+Without a C compiler they run as plain Python, with identical results but slowly;
+:data:`COMPILED` says which. Beyond the reference's names this module adds
+:class:`StaticIndex` and :func:`load_static`.
+"""
+
+from __future__ import annotations
+
+from lookupdec.fast import _core, _index
+from lookupdec.fast._core import (
+    NGRAM_MAX,
+    NGRAM_MIN,
+    NGRAM_STATIC,
+    TOKEN_NULL,
+    NgramCache,
+    build_static,
+    draft,
+    replay,
+)
+from lookupdec.fast._index import StaticIndex, load_static
+from lookupdec.result import ReplayResult
+
+IMPLEMENTATION = "fast"
+"""The name of this implementation."""
+
+
+def _is_extension(path: str | None) -> bool:
+    return path is not None and path.endswith((".so", ".pyd"))
+
+
+COMPILED: bool = _is_extension(_core.__file__) and _is_extension(_index.__file__)
+"""True when the hot modules are mypyc-compiled extension modules (like black's check)."""
+
+__all__ = [
+    "COMPILED",
+    "IMPLEMENTATION",
+    "NGRAM_MAX",
+    "NGRAM_MIN",
+    "NGRAM_STATIC",
+    "TOKEN_NULL",
+    "NgramCache",
+    "ReplayResult",
+    "StaticIndex",
+    "build_static",
+    "draft",
+    "load_static",
+    "replay",
+]

@@ -1,0 +1,1059 @@
+"""The compiled core: the n-gram cache as flat native arrays, drafting and the replay loop.
+
+This module is compiled by mypyc (see ``setup.py``); it also runs unchanged as plain Python,
+only much slower. Everything hot is a plain typed function or a method of a native class
+working on ``librt.vecs.vec`` of ``i32``/``i64``, which mypyc indexes without boxing.
+
+Layout of :class:`NgramCache` (all arrays indexed by a key ordinal ``kid`` or a node ``nid``):
+
+- keys: ``k0[kid] = pack(t0, t1)``, ``k1[kid] = pack(t2, t3)`` (two i64 words hold the four
+  int32 slots exactly, so no hash-then-verify is needed), found through an open-addressing
+  table ``slots`` (linear probing, load <= 1/2);
+- per key: the followers as a singly linked list of nodes in insertion order (``head``,
+  ``tail``, ``nfol``) and three aggregates kept up to date on every count change: ``sum``,
+  ``max`` and ``best`` (the smallest token holding ``max``). They give Lemire's precheck
+  (spec 10) in O(1), and with an empty static part the whole of try_primary in O(1);
+- nodes: ``ntok``, ``ncnt``, ``nnext``, ``nkey``, found by (kid, token) through a second
+  open-addressing table ``pslots``, so a count update never walks a list.
+
+Counts are i64 (the reference's are unbounded Python ints); the int32 wrap-around of
+llama.cpp's weight and score (spec 5) is emulated explicitly with :func:`wrap32`.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final, SupportsIndex, cast
+
+from librt.strings import BytesWriter, read_i32_le, write_i32_le
+from librt.vecs import append, vec
+from mypy_extensions import i32, i64
+
+from lookupdec.errors import CacheFormatError, TokenRangeError
+from lookupdec.result import ReplayResult
+
+NGRAM_MIN: Final = 1
+"""Smallest n-gram size drafting uses."""
+NGRAM_MAX: Final = 4
+"""Largest n-gram size drafting uses (and the number of slots in a key)."""
+NGRAM_STATIC: Final = 2
+"""The n-gram size of a static cache."""
+TOKEN_NULL: Final = -1
+"""Padding for unused key slots, and "no token" (llama.cpp's ``LLAMA_TOKEN_NULL``)."""
+
+Key = tuple[int, int, int, int]
+"""A padded 4-slot n-gram key."""
+Contents = list[tuple[Key, list[tuple[int, int]]]]
+"""A cache's canonical form: keys ascending, each with its followers ascending by token."""
+
+INT32_MIN: Final[i64] = -2147483648
+INT32_MAX: Final[i64] = 2147483647
+M32: Final[i64] = 0xFFFFFFFF
+TWO32: Final[i64] = 4294967296
+NULL32: Final[i32] = -1
+# pack(TOKEN_NULL, TOKEN_NULL): the second word of every key of size <= 2.
+PAD_WORD: Final[i64] = -1
+# Returned by StaticSource._st_count for "this follower is not in the static part"; no real
+# count can be this (counts are int32 in files and > 0 in caches).
+ABSENT: Final[i64] = -(2**62)
+INITIAL_SLOTS: Final[i64] = 16
+
+# Odd multipliers below 2**31: a product with a 32-bit value stays below 2**63, so hashing
+# never overflows i64 (native ints wrap silently in C but are unbounded in interpreted mode;
+# staying in range keeps both modes identical).
+H0: Final[i64] = 0x7FEB352D
+H1: Final[i64] = 0x68E31DA5
+H2: Final[i64] = 0x5BD1E995
+H3: Final[i64] = 0x2C1B3C6D
+H4: Final[i64] = 0x4F1BBCDD
+
+
+def wrap32(x: i64) -> i64:
+    """``x`` as a two's-complement int32 would hold it (what g++ -O2 does on overflow, spec 5).
+
+    Callers keep ``|x| < 2**62`` so the i64 arithmetic here cannot overflow.
+    """
+    return ((x + 2147483648) & M32) - 2147483648
+
+
+def pack(a: i32, b: i32) -> i64:
+    """Two int32 tokens as one i64 word: ``a`` in the high half, ``b``'s bits in the low half."""
+    # Multiply instead of ``<<``: shifting a negative value left is undefined in C.
+    return (i64(a) * TWO32) | (i64(b) & M32)
+
+
+def key_hash(w0: i64, w1: i64) -> i64:
+    """Hash of a packed key for the in-memory tables (not a file format)."""
+    h = ((w0 >> 32) & M32) * H0 ^ (w0 & M32) * H1 ^ ((w1 >> 32) & M32) * H2 ^ (w1 & M32) * H3
+    return h ^ (h >> 29)
+
+
+def pair_hash(kid: i64, tok: i32) -> i64:
+    """Hash of a (key ordinal, follower token) pair."""
+    h = kid * H4 ^ (i64(tok) & M32) * H1
+    return h ^ (h >> 29)
+
+
+def filled_i32(n: i64, value: i32) -> vec[i32]:
+    """A vec of ``n`` copies of ``value``."""
+    v = vec[i32](capacity=n)
+    for _ in range(n):
+        v = append(v, value)
+    return v
+
+
+def min_sample(strict: bool, i: i64) -> i64:
+    """Minimum number of observations at threshold index ``i`` (spec 3.1 table)."""
+    if strict:
+        return 4 if i == 0 else (3 if i == 1 else 2)
+    return 2 if i <= 1 else 1
+
+
+def min_percent(strict: bool, i: i64) -> i64:
+    """Minimum percent share of the selected token at threshold index ``i`` (spec 3.1 table)."""
+    if strict:
+        return 75 if i == 0 else 66
+    return 66 if i == 0 else 50
+
+
+def token_range_error(tokens: Sequence[int], what: str = "token") -> TokenRangeError:
+    """The reference's error for the first id of ``tokens`` outside int32 (same message)."""
+    for i, t in enumerate(tokens):
+        if not INT32_MIN <= t <= INT32_MAX:
+            return TokenRangeError(f"{what} {i} is {t}, outside the int32 range of a llama.cpp token id")
+    return TokenRangeError(f"{what} outside the int32 range of a llama.cpp token id")
+
+
+def as_i32(x: object, tokens: Sequence[object], lo: int) -> i32:
+    """One token id as i32; TokenRangeError (the reference's message) if it does not fit."""
+    # Typed as object: numpy integers (and other __index__ types) are accepted like the
+    # reference accepts them; a Sequence[int] annotation would make mypyc reject them.
+    y = x if isinstance(x, int) else operator.index(cast(SupportsIndex, x))
+    if y < INT32_MIN or y > INT32_MAX:
+        raise token_range_error([operator.index(cast(SupportsIndex, t)) for t in tokens[lo:]])
+    return i32(y)
+
+
+def to_vec(tokens: Sequence[object], lo: int = 0) -> vec[i32]:
+    """``tokens[lo:]`` as a vec[i32]; :class:`TokenRangeError` (reference message) if an id does not fit."""
+    n = len(tokens)
+    v = vec[i32](capacity=max(n - lo, 0))
+    if isinstance(tokens, list):
+        # A list is indexed natively; the common case (replay, build_static) is a list.
+        for j in range(lo, n):
+            v = append(v, as_i32(tokens[j], tokens, lo))
+        return v
+    for t in tokens[lo:]:
+        v = append(v, as_i32(t, tokens, lo))
+    return v
+
+
+def fits_tokens(tokens: Sequence[object]) -> bool:
+    """True when every id is an integer inside int32 (the fast path's key packing needs that)."""
+    for t in tokens:
+        try:
+            y = t if isinstance(t, int) else operator.index(cast(SupportsIndex, t))
+        except TypeError:
+            return False
+        if y < INT32_MIN or y > INT32_MAX:
+            return False
+    return True
+
+
+def check_ngram_range(ngram_min: int, ngram_max: int) -> None:
+    """Raise ValueError unless 1 <= ngram_min <= ngram_max <= 4 (reference message)."""
+    if not 1 <= ngram_min <= ngram_max <= NGRAM_MAX:
+        raise ValueError(f"need 1 <= ngram_min <= ngram_max <= {NGRAM_MAX}, got {ngram_min}..{ngram_max}")
+
+
+def make_key(ngram: Sequence[int]) -> Key:
+    """Pad an n-gram of 1..4 tokens to a 4-slot key with -1 (reference semantics)."""
+    n = len(ngram)
+    if not 1 <= n <= NGRAM_MAX:
+        raise ValueError(f"an n-gram has 1..{NGRAM_MAX} tokens, got {n}")
+    slots = [*list(ngram), *([TOKEN_NULL] * (NGRAM_MAX - n))]
+    return (slots[0], slots[1], slots[2], slots[3])
+
+
+def as_key(key: Sequence[int]) -> Key:
+    """A 4-slot key as a tuple; ValueError for any other length."""
+    if len(key) != NGRAM_MAX:
+        raise ValueError(f"a key has {NGRAM_MAX} slots, got {len(key)}")
+    return (key[0], key[1], key[2], key[3])
+
+
+def key_words(key: Sequence[object]) -> tuple[bool, i64, i64]:
+    """(ok, w0, w1) of a 4-slot key; ok is False when a slot is not an int32 (no such key can exist)."""
+    if len(key) != NGRAM_MAX:
+        return False, 0, 0
+    t = [0, 0, 0, 0]
+    for j in range(4):
+        x = key[j]
+        if not isinstance(x, int):
+            try:  # numpy integers and other __index__ types hash and compare like ints in the reference
+                x = operator.index(cast(SupportsIndex, x))
+            except TypeError:
+                return False, 0, 0
+        if x < INT32_MIN or x > INT32_MAX:
+            return False, 0, 0
+        t[j] = x
+    return True, pack(i32(t[0]), i32(t[1])), pack(i32(t[2]), i32(t[3]))
+
+
+def unpack_key(w0: i64, w1: i64) -> Key:
+    """The 4-slot tuple of a packed key."""
+    return (int(w0 >> 32), int(wrap32(w0 & M32)), int(w1 >> 32), int(wrap32(w1 & M32)))
+
+
+class StaticSource:
+    """What drafting needs from a static cache: per drafted position, the part of the last two
+    tokens (``_st_begin``), then the count of a follower in it (``_st_count``) and the static-only
+    draft (``_st_pick``). Implemented by :class:`NgramCache` and ``StaticIndex``.
+    """
+
+    def _st_begin(self, a: i32, b: i32) -> bool:
+        """Select the part of the 2-gram (a, b); True when it has followers."""
+        return False
+
+    def _st_count(self, tok: i32) -> i64:
+        """Count of ``tok`` in the selected part, :data:`ABSENT` when it is not a follower."""
+        return ABSENT
+
+    def _st_pick(self) -> i32:
+        """The static-only draft of the selected part (spec 3.2), -1 if none."""
+        return NULL32
+
+
+class PartAdapter(StaticSource):
+    """Any object with the reference's ``part(key) -> Mapping | None`` used as a static source.
+
+    Lets ``draft``/``replay`` keep their native loops with a static cache of a foreign type
+    (a reference NgramCache, a fork v1 file opened by ``lookupdec.formats.ForkStatic``);
+    each lookup is then a Python call and dict reads instead of native array reads.
+    """
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+        self.cur: Mapping[int, int] = {}
+
+    def _st_begin(self, a: i32, b: i32) -> bool:
+        part = self.source.part((int(a), int(b), TOKEN_NULL, TOKEN_NULL))
+        self.cur = part if part else {}
+        return len(self.cur) > 0
+
+    def _st_count(self, tok: i32) -> i64:
+        c = self.cur.get(int(tok))
+        if c is None:
+            return ABSENT
+        # Only the low 32 bits matter to the int32 weight (spec 5); this also keeps huge
+        # Python ints (unbounded in the reference) from overflowing i64.
+        return i64(((c + 2147483648) % 4294967296) - 2147483648)
+
+    def _st_pick(self) -> i32:
+        best = TOKEN_NULL
+        mx = 0
+        total = 0
+        for t in sorted(self.cur):  # spec 3.2 exactly as the reference: ascending, strict >
+            c = self.cur[t]
+            if c > mx:
+                best = t
+                mx = c
+            total += c
+        if total < 2 or 100 * mx < 50 * total:
+            return NULL32
+        return i32(best)
+
+
+def as_static_source(nc_static: object) -> StaticSource | None:
+    """``nc_static`` as a StaticSource: itself, an empty cache for None, an adapter for a foreign
+    PartSource; None if it has no ``part`` method."""
+    if nc_static is None:
+        return NgramCache()
+    if isinstance(nc_static, StaticSource):
+        return nc_static
+    if hasattr(nc_static, "part"):
+        return PartAdapter(nc_static)
+    return None
+
+
+class NgramCache(StaticSource):
+    """An n-gram cache: key -> {follower token: count}, like llama.cpp's ``common_ngram_cache``.
+
+    Same methods and results as ``lookupdec.reference.NgramCache``; stored as flat native
+    arrays (see the module docstring). Tokens must fit in int32.
+    """
+
+    _k0: vec[i64]
+    _k1: vec[i64]
+    _head: vec[i32]
+    _tail: vec[i32]
+    _nfol: vec[i32]
+    _sum: vec[i64]
+    _max: vec[i64]
+    _best: vec[i32]
+    _slots: vec[i32]
+    _smask: i64
+    _ntok: vec[i32]
+    _ncnt: vec[i64]
+    _nnext: vec[i32]
+    _nkey: vec[i32]
+    _pslots: vec[i32]
+    _pmask: i64
+    _st_kid: i64
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        """Empty the cache and shrink its tables to the initial size."""
+        self._k0 = vec[i64]()
+        self._k1 = vec[i64]()
+        self._head = vec[i32]()
+        self._tail = vec[i32]()
+        self._nfol = vec[i32]()
+        self._sum = vec[i64]()
+        self._max = vec[i64]()
+        self._best = vec[i32]()
+        self._slots = filled_i32(INITIAL_SLOTS, NULL32)
+        self._smask = INITIAL_SLOTS - 1
+        self._ntok = vec[i32]()
+        self._ncnt = vec[i64]()
+        self._nnext = vec[i32]()
+        self._nkey = vec[i32]()
+        self._pslots = filled_i32(INITIAL_SLOTS, NULL32)
+        self._pmask = INITIAL_SLOTS - 1
+        self._st_kid = -1
+
+    # --- native internals ------------------------------------------------------------
+
+    def _find(self, w0: i64, w1: i64) -> i64:
+        """Ordinal of the packed key, -1 if absent."""
+        slots = self._slots
+        k0 = self._k0
+        k1 = self._k1
+        mask = self._smask
+        h = key_hash(w0, w1) & mask
+        while True:
+            s = i64(slots[h])
+            if s < 0:
+                return -1
+            if k0[s] == w0 and k1[s] == w1:
+                return s
+            h = (h + 1) & mask
+
+    def _rehash_keys(self, size: i64) -> None:
+        slots = filled_i32(size, NULL32)
+        mask = size - 1
+        k0 = self._k0
+        k1 = self._k1
+        for kid in range(len(k0)):
+            h = key_hash(k0[kid], k1[kid]) & mask
+            while slots[h] >= 0:
+                h = (h + 1) & mask
+            slots[h] = i32(kid)
+        self._slots = slots
+        self._smask = mask
+
+    def _intern(self, w0: i64, w1: i64) -> i64:
+        """Ordinal of the packed key, inserting it (with no followers) if absent."""
+        slots = self._slots
+        k0 = self._k0
+        k1 = self._k1
+        mask = self._smask
+        h = key_hash(w0, w1) & mask
+        while True:
+            s = i64(slots[h])
+            if s < 0:
+                break
+            if k0[s] == w0 and k1[s] == w1:
+                return s
+            h = (h + 1) & mask
+        kid = i64(len(k0))
+        slots[h] = i32(kid)
+        self._k0 = append(k0, w0)
+        self._k1 = append(k1, w1)
+        self._head = append(self._head, NULL32)
+        self._tail = append(self._tail, NULL32)
+        self._nfol = append(self._nfol, 0)
+        self._sum = append(self._sum, 0)
+        self._max = append(self._max, 0)
+        self._best = append(self._best, NULL32)
+        if 2 * (kid + 1) > mask + 1:
+            self._rehash_keys(2 * (mask + 1))
+        return kid
+
+    def _pair_find(self, kid: i64, tok: i32) -> i64:
+        """Node of follower ``tok`` of key ``kid``, -1 if absent."""
+        pslots = self._pslots
+        nkey = self._nkey
+        ntok = self._ntok
+        mask = self._pmask
+        h = pair_hash(kid, tok) & mask
+        while True:
+            n = i64(pslots[h])
+            if n < 0:
+                return -1
+            if ntok[n] == tok and i64(nkey[n]) == kid:
+                return n
+            h = (h + 1) & mask
+
+    def _rehash_pairs(self, size: i64) -> None:
+        pslots = filled_i32(size, NULL32)
+        mask = size - 1
+        nkey = self._nkey
+        ntok = self._ntok
+        for nid in range(len(ntok)):
+            h = pair_hash(i64(nkey[nid]), ntok[nid]) & mask
+            while pslots[h] >= 0:
+                h = (h + 1) & mask
+            pslots[h] = i32(nid)
+        self._pslots = pslots
+        self._pmask = mask
+
+    def _bump(self, kid: i64, tok: i32, c: i64) -> None:
+        """Add ``c`` (> 0) to the count of follower ``tok`` of key ``kid``, creating it if absent."""
+        pslots = self._pslots
+        nkey = self._nkey
+        ntok = self._ntok
+        mask = self._pmask
+        h = pair_hash(kid, tok) & mask
+        nc: i64 = c
+        while True:
+            n = i64(pslots[h])
+            if n < 0:
+                break
+            if ntok[n] == tok and i64(nkey[n]) == kid:
+                ncnt = self._ncnt
+                nc = ncnt[n] + c
+                ncnt[n] = nc
+                self._after_bump(kid, tok, c, nc)
+                return
+            h = (h + 1) & mask
+        nid = i64(len(ntok))
+        pslots[h] = i32(nid)
+        self._ntok = append(ntok, tok)
+        self._ncnt = append(self._ncnt, c)
+        self._nnext = append(self._nnext, NULL32)
+        self._nkey = append(nkey, i32(kid))
+        # Append at the tail: followers keep insertion order, like the reference's dicts.
+        tail = self._tail
+        last = i64(tail[kid])
+        if last < 0:
+            self._head[kid] = i32(nid)
+        else:
+            self._nnext[last] = i32(nid)
+        tail[kid] = i32(nid)
+        self._nfol[kid] += 1
+        self._after_bump(kid, tok, c, nc)
+        if 2 * (nid + 1) > mask + 1:
+            self._rehash_pairs(2 * (mask + 1))
+
+    def _after_bump(self, kid: i64, tok: i32, c: i64, nc: i64) -> None:
+        # Counts only grow, so the max and its smallest holder update in O(1).
+        self._sum[kid] += c
+        mx = self._max[kid]
+        if nc > mx:
+            self._max[kid] = nc
+            self._best[kid] = tok
+        elif nc == mx and tok < self._best[kid]:
+            self._best[kid] = tok
+
+    def _update_at(self, toks: vec[i32], base: i64, size: i64, nnew: i64, nmin: i64, nmax: i64) -> None:
+        """``update`` on the sequence ``toks[base:base+size]`` (n outer, position inner, spec 2)."""
+        for n in range(nmin, nmax + 1):
+            start = size - nnew
+            if start < n:
+                start = n
+            for i in range(start, size):
+                p = base + i - n
+                t0 = toks[p]
+                t1 = toks[p + 1] if n > 1 else NULL32
+                t2 = toks[p + 2] if n > 2 else NULL32
+                t3 = toks[p + 3] if n > 3 else NULL32
+                kid = self._intern(pack(t0, t1), pack(t2, t3))
+                self._bump(kid, toks[base + i], 1)
+
+    def _merge_native(self, other: NgramCache) -> None:
+        """Add every count of ``other`` (key order, then follower order, as the reference)."""
+        ok0 = other._k0
+        ok1 = other._k1
+        ohead = other._head
+        n_keys = i64(len(ok0))
+        for kid in range(n_keys):
+            mine = self._intern(ok0[kid], ok1[kid])
+            node = i64(ohead[kid])
+            while node >= 0:
+                self._bump(mine, other._ntok[node], other._ncnt[node])
+                node = i64(other._nnext[node])
+
+    def _clear_keep(self) -> None:
+        """Remove every key but keep the table sizes (the replay clears its context per chunk)."""
+        n_keys = i64(len(self._k0))
+        n_nodes = i64(len(self._ntok))
+        self._k0 = vec[i64](capacity=n_keys)
+        self._k1 = vec[i64](capacity=n_keys)
+        self._head = vec[i32](capacity=n_keys)
+        self._tail = vec[i32](capacity=n_keys)
+        self._nfol = vec[i32](capacity=n_keys)
+        self._sum = vec[i64](capacity=n_keys)
+        self._max = vec[i64](capacity=n_keys)
+        self._best = vec[i32](capacity=n_keys)
+        self._ntok = vec[i32](capacity=n_nodes)
+        self._ncnt = vec[i64](capacity=n_nodes)
+        self._nnext = vec[i32](capacity=n_nodes)
+        self._nkey = vec[i32](capacity=n_nodes)
+        slots = self._slots
+        for j in range(len(slots)):
+            slots[j] = NULL32
+        pslots = self._pslots
+        for j in range(len(pslots)):
+            pslots[j] = NULL32
+        self._st_kid = -1
+
+    def _part_dict(self, kid: i64) -> dict[int, int]:
+        """The followers of key ``kid`` as a new dict, in insertion order."""
+        d: dict[int, int] = {}
+        node = i64(self._head[kid])
+        while node >= 0:
+            d[int(self._ntok[node])] = int(self._ncnt[node])
+            node = i64(self._nnext[node])
+        return d
+
+    def _n_keys_native(self) -> i64:
+        """Number of keys."""
+        return i64(len(self._k0))
+
+    # --- the static-source interface ------------------------------------------------
+
+    def _st_begin(self, a: i32, b: i32) -> bool:
+        """Select the part of the 2-gram (a, b); True when it has followers."""
+        if len(self._k0) == 0:
+            self._st_kid = -1
+            return False
+        kid = self._find(pack(a, b), PAD_WORD)
+        self._st_kid = kid
+        return kid >= 0 and self._nfol[kid] > 0
+
+    def _st_count(self, tok: i32) -> i64:
+        """Count of ``tok`` in the selected part, ABSENT when it is not a follower."""
+        node = self._pair_find(self._st_kid, tok)
+        return self._ncnt[node] if node >= 0 else ABSENT
+
+    def _st_pick(self) -> i32:
+        """Spec 3.2 from the aggregates: the max-count follower if >= 2 observations and >= 50 %."""
+        kid = self._st_kid
+        total = self._sum[kid]
+        if total < 2 or 100 * self._max[kid] < 50 * total:
+            return NULL32
+        return self._best[kid]
+
+    # --- the llama.cpp operations ----------------------------------------------------
+
+    def update(self, tokens: Sequence[int], nnew: int, ngram_min: int = NGRAM_MIN, ngram_max: int = NGRAM_MAX) -> None:
+        """Count the n-grams whose follower is among the last ``nnew`` tokens (spec 2).
+
+        For every size n in ``ngram_min..ngram_max`` (outer loop) and every position
+        ``i`` from ``max(len(tokens) - nnew, n)`` to the end (inner loop), the n tokens
+        before ``i`` gain one observation of ``tokens[i]``. Nothing remembers what was
+        counted before: calling twice with overlapping ``nnew`` counts twice, exactly
+        like llama.cpp.
+        """
+        check_ngram_range(ngram_min, ngram_max)
+        if nnew < 0:
+            raise ValueError(f"nnew must be >= 0, got {nnew}")
+        size = len(tokens)
+        lo = max(size - nnew - ngram_max, 0)
+        toks = to_vec(tokens, lo)
+        self._update_at(toks, -lo, size, min(nnew, size), ngram_min, ngram_max)
+
+    def merge(self, other: NgramCache) -> None:
+        """Add every count of ``other`` into this cache (llama.cpp's ``merge``, spec 6)."""
+        if other is self:
+            # Merging into itself doubles every count; iterate over a copy so new nodes are not revisited.
+            other = NgramCache.from_contents(self.contents())
+        self._merge_native(other)
+
+    def clear(self) -> None:
+        """Remove every key (what llama-lookup-stats does to the context cache per chunk)."""
+        self._reset()
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the cache in llama.cpp's legacy format (atomically: temp file, then rename)."""
+        from lookupdec._atomic import atomic_writer
+
+        data = self._encode_legacy()
+        with atomic_writer(path) as f:
+            f.write(data)
+
+    def _encode_legacy(self) -> bytes:
+        """The legacy-format bytes of the cache, keys and followers ascending (as the reference)."""
+        w = BytesWriter()
+        for kid in self._sorted_kids():
+            w0 = self._k0[kid]
+            w1 = self._k1[kid]
+            write_i32_le(w, i32(w0 >> 32))
+            write_i32_le(w, i32(wrap32(w0 & M32)))
+            write_i32_le(w, i32(w1 >> 32))
+            write_i32_le(w, i32(wrap32(w1 & M32)))
+            fol = self._sorted_followers(kid)
+            write_i32_le(w, i32(len(fol)))
+            for tok, cnt in fol:
+                write_i32_le(w, i32(tok))
+                write_i32_le(w, i32(cnt))
+        return w.getvalue()
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, strict: bool = False) -> NgramCache:
+        """Read a cache file in any supported format (detected by its first bytes)."""
+        from lookupdec.formats import detect_format, read_as_contents
+
+        fmt = detect_format(path)
+        if fmt == "llama":
+            with open(path, "rb") as f:
+                data = f.read()
+            return parse_legacy(data, path, strict)
+        return NgramCache.from_contents(read_as_contents(path))
+
+    # --- reading ---------------------------------------------------------------------
+
+    def _kid_of(self, key: Sequence[object]) -> i64:
+        """Ordinal of a 4-slot key given as a sequence, -1 if absent."""
+        ok, w0, w1 = key_words(key)
+        return self._find(w0, w1) if ok else -1
+
+    def get(self, key: Sequence[int]) -> dict[int, int]:
+        """The followers of an n-gram (1..4 tokens or a padded key) as a new dict; empty if absent."""
+        k = make_key(key) if len(key) != NGRAM_MAX else as_key(key)
+        kid = self._kid_of(k)
+        return self._part_dict(kid) if kid >= 0 else {}
+
+    def part(self, key: Key) -> Mapping[int, int] | None:
+        """The followers of a padded key (a new dict), or None."""
+        kid = self._kid_of(key)
+        return self._part_dict(kid) if kid >= 0 else None
+
+    def keys(self) -> Iterator[Key]:
+        """Every key, in insertion order."""
+        return iter([unpack_key(self._k0[kid], self._k1[kid]) for kid in range(len(self._k0))])
+
+    def items(self) -> Iterator[tuple[Key, dict[int, int]]]:
+        """(key, part) pairs in insertion order; the parts are new dicts."""
+        return iter([(unpack_key(self._k0[kid], self._k1[kid]), self._part_dict(kid)) for kid in range(len(self._k0))])
+
+    def _sorted_kids(self) -> list[int]:
+        """Key ordinals ordered by key (signed slot-wise, as tuples sort)."""
+        order = [(unpack_key(self._k0[kid], self._k1[kid]), kid) for kid in range(len(self._k0))]
+        order.sort()
+        return [kid for _, kid in order]
+
+    def _sorted_followers(self, kid: i64) -> list[tuple[int, int]]:
+        """(token, count) pairs of key ``kid``, ascending by token."""
+        fol: list[tuple[int, int]] = []
+        node = i64(self._head[kid])
+        while node >= 0:
+            fol.append((int(self._ntok[node]), int(self._ncnt[node])))
+            node = i64(self._nnext[node])
+        fol.sort()
+        return fol
+
+    def contents(self) -> Contents:
+        """The canonical form: keys ascending, each with its (token, count) pairs ascending."""
+        return [(unpack_key(self._k0[kid], self._k1[kid]), self._sorted_followers(kid)) for kid in self._sorted_kids()]
+
+    def __len__(self) -> int:
+        """Number of keys."""
+        return len(self._k0)
+
+    def __contains__(self, key: object) -> bool:
+        hash(key)  # like a dict: an unhashable key raises TypeError
+        if not isinstance(key, tuple):
+            return False
+        return self._kid_of(key) >= 0
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NgramCache):
+            return NotImplemented
+        if len(self._k0) != len(other._k0) or len(self._ntok) != len(other._ntok):
+            return False
+        for kid in range(len(self._k0)):
+            okid = other._find(self._k0[kid], self._k1[kid])
+            if okid < 0 or self._nfol[kid] != other._nfol[okid]:
+                return False
+            node = i64(self._head[kid])
+            while node >= 0:
+                onode = other._pair_find(okid, self._ntok[node])
+                if onode < 0 or other._ncnt[onode] != self._ncnt[node]:
+                    return False
+                node = i64(self._nnext[node])
+        return True
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # Native classes have no instance __dict__ and vecs do not pickle: pickle (and copy)
+        # the contents in insertion order instead, which from_contents rebuilds identically.
+        return (rebuild_cache, ([(k, list(p.items())) for k, p in self.items()],))
+
+    def __repr__(self) -> str:
+        return f"<fast.NgramCache keys={len(self)} entries={self.n_entries}>"
+
+    @property
+    def n_entries(self) -> int:
+        """Number of (key, follower) pairs."""
+        return len(self._ntok)
+
+    @property
+    def total_count(self) -> int:
+        """Sum of all counts (the number of observations)."""
+        total = 0
+        for kid in range(len(self._sum)):
+            total += int(self._sum[kid])
+        return total
+
+    @classmethod
+    def from_contents(cls, contents: Iterable[tuple[Sequence[int], Iterable[tuple[int, int]]]]) -> NgramCache:
+        """Build a cache from (key, [(token, count), ...]) pairs, e.g. :meth:`contents` output."""
+        cache = NgramCache()
+        for key, followers in contents:
+            k = as_key(key)
+            ok, w0, w1 = key_words(k)
+            if not ok:
+                raise TokenRangeError(f"key {k} has a slot outside the int32 range of a llama.cpp token id")
+            kid = cache._intern(w0, w1)
+            for token, count in followers:
+                if count <= 0:
+                    raise ValueError(f"count of follower {token} of {k} must be > 0, got {count}")
+                if not INT32_MIN <= token <= INT32_MAX:
+                    raise TokenRangeError(f"follower {token} of {k} is outside the int32 range of a llama.cpp token id")
+                cache._bump(kid, i32(token), i64(count))
+        return cache
+
+
+def rebuild_cache(items: list[tuple[Key, list[tuple[int, int]]]]) -> NgramCache:
+    """Unpickle an :class:`NgramCache` (see ``NgramCache.__reduce__``)."""
+    return NgramCache.from_contents(items)
+
+
+def parse_legacy(data: bytes, path: str | os.PathLike[str], strict: bool) -> NgramCache:
+    """Decode a legacy cache file exactly like the reference's ``parse_legacy`` (same errors)."""
+    cache = NgramCache()
+    size = i64(len(data))
+    off: i64 = 0
+    while size - off >= 16:
+        t0 = read_i32_le(data, off)
+        t1 = read_i32_le(data, off + 4)
+        t2 = read_i32_le(data, off + 8)
+        t3 = read_i32_le(data, off + 12)
+        off += 16
+        if size - off < 4:
+            raise CacheFormatError(path, "record cut short: the follower count (ntokens) is missing", int(off))
+        ntokens = i64(read_i32_le(data, off))
+        if ntokens <= 0:
+            raise CacheFormatError(path, f"record has ntokens = {ntokens}, must be > 0", int(off))
+        off += 4
+        if size - off < ntokens * 8:
+            raise CacheFormatError(
+                path,
+                f"record cut short: ntokens = {ntokens} needs {ntokens * 8} bytes, {size - off} left",
+                int(off),
+            )
+        w0 = pack(t0, t1)
+        w1 = pack(t2, t3)
+        # A repeated key: the first record wins (map emplace); its later records are still validated.
+        keep = cache._find(w0, w1) < 0
+        kid = cache._intern(w0, w1) if keep else -1
+        for _ in range(ntokens):
+            tok = read_i32_le(data, off)
+            cnt = i64(read_i32_le(data, off + 4))
+            if cnt <= 0:
+                raise CacheFormatError(path, f"follower {tok} has count {cnt}, must be > 0", int(off + 4))
+            if keep and cache._pair_find(kid, tok) < 0:  # a repeated follower: the first count wins
+                cache._bump(kid, tok, cnt)
+            off += 8
+    if off != size:
+        message = f"{size - off} trailing bytes, too few for a record"
+        if strict:
+            raise CacheFormatError(path, message, int(off))
+        warnings.warn(f"{os.fspath(path)}: {message} at byte offset {off}; ignored as llama.cpp does", stacklevel=3)
+    return cache
+
+
+# --- drafting (spec 3, 4, 5, 9, 10) ----------------------------------------------------
+
+
+def try_primary(
+    c: NgramCache,
+    seq: vec[i32],
+    avail: i64,
+    nmin: i64,
+    nmax: i64,
+    strict: bool,
+    st: StaticSource,
+    has_st: bool,
+) -> i32:
+    """The token ``c`` proposes after ``seq`` (spec 3.1), -1 if none.
+
+    ``avail`` is the length of the whole combined sequence (``seq`` holds only its tail);
+    n-grams longer than ``avail`` are skipped (spec 9).
+    """
+    if len(c._k0) == 0:
+        return NULL32
+    pos = i64(len(seq))
+    i = nmax - nmin
+    while i >= 0:
+        n = nmin + i
+        i -= 1
+        if n > avail:
+            continue
+        p = pos - n
+        t0 = seq[p]
+        t1 = seq[p + 1] if n > 1 else NULL32
+        t2 = seq[p + 2] if n > 2 else NULL32
+        t3 = seq[p + 3] if n > 3 else NULL32
+        kid = c._find(pack(t0, t1), pack(t2, t3))
+        if kid < 0:
+            continue
+        total = c._sum[kid]
+        if total < min_sample(strict, i + 1):
+            continue
+        pct = min_percent(strict, i + 1)
+        mx = c._max[kid]
+        # Lemire's precheck (spec 10): the selected count is <= the max, so this cannot pass later.
+        if 100 * mx < pct * total:
+            continue
+        if not has_st and mx <= INT32_MAX:
+            # Every weight is 1 and no count wraps: the selection is the max count, smallest
+            # id on ties, i.e. the precomputed best; the share test is the precheck just passed.
+            return c._best[kid]
+        # Score every follower. The list is in insertion order, not by id, so a tie goes to the
+        # smaller id explicitly: the same outcome as ascending order with a strict ">" (spec 4).
+        found = False
+        best_t = NULL32
+        best_c: i64 = 0
+        best_s: i64 = 0
+        ntok = c._ntok
+        ncnt = c._ncnt
+        nnext = c._nnext
+        node = i64(c._head[kid])
+        while node >= 0:
+            tok = ntok[node]
+            cnt = ncnt[node]
+            w: i64 = 1
+            if has_st:
+                stc = st._st_count(tok)
+                if stc != ABSENT:
+                    w = wrap32(100 * wrap32(stc))
+            s = wrap32(wrap32(cnt) * w)
+            if s > best_s or (s == best_s and found and tok < best_t):
+                found = True
+                best_t = tok
+                best_c = cnt
+                best_s = s
+            node = i64(nnext[node])
+        if 100 * best_c < pct * total:
+            continue
+        return best_t
+    return NULL32
+
+
+def draft_core(
+    seq: vec[i32],
+    avail0: i64,
+    n_draft: i64,
+    nmin: i64,
+    nmax: i64,
+    ctx: NgramCache,
+    dyn: NgramCache,
+    st: StaticSource,
+) -> vec[i32]:
+    """Append up to ``n_draft`` drafted tokens to ``seq`` (the last <= 4 tokens of ``inp``, at least 2).
+
+    ``avail0`` = ``len(inp)``. Returns the grown vec (vecs are values: append may reallocate).
+    """
+    k: i64 = 0
+    while k < n_draft:
+        pos = i64(len(seq))
+        avail = avail0 + k
+        has_st = st._st_begin(seq[pos - 2], seq[pos - 1])
+        t = try_primary(ctx, seq, avail, nmin, nmax, False, st, has_st)
+        if t == NULL32:
+            t = try_primary(dyn, seq, avail, nmin, nmax, True, st, has_st)
+        if t == NULL32 and has_st:
+            t = st._st_pick()
+        if t == NULL32:
+            break
+        seq = append(seq, t)
+        k += 1
+    return seq
+
+
+def draft_list(
+    inp: Sequence[int],
+    drafted: list[int],
+    n_draft: int,
+    ngram_min: int,
+    ngram_max: int,
+    ctx: NgramCache,
+    dyn: NgramCache,
+    st: StaticSource,
+) -> None:
+    """``draft`` for native caches; ``inp`` has >= 2 tokens, all int32."""
+    n = len(inp)
+    lo = n - NGRAM_MAX if n > NGRAM_MAX else 0
+    tail = to_vec(inp, lo)
+    base = len(tail)
+    out = draft_core(tail, n, n_draft, ngram_min, ngram_max, ctx, dyn, st)
+    for j in range(base, len(out)):
+        drafted.append(int(out[j]))
+
+
+# --- the llama-lookup-stats loop (spec 8.2) ----------------------------------------------
+
+
+def replay_core(
+    toks: vec[i32],
+    n_ctx: i64,
+    n_draft: i64,
+    st: StaticSource,
+    dyn: NgramCache,
+    progress: Callable[[int, int], None] | None,
+    total: i64,
+) -> tuple[i64, i64, float]:
+    """The replay loop; returns (n_drafted, n_accept, t_draft seconds).
+
+    The accepted tokens are the chunk's own tokens, so ``out`` is never materialized: it is
+    ``toks[i_start : i_start + pos]``. Timing covers each chunk's drafting and context updates
+    (and the trivial accept loop), not the merge, as llama.cpp's ``t_draft``.
+    """
+    ctx = NgramCache()
+    n_drafted: i64 = 0
+    n_accept: i64 = 0
+    t_draft = 0.0
+    i_start: i64 = 0
+    while i_start + n_ctx < total:
+        t0 = time.perf_counter()
+        pos: i64 = 1
+        while pos < n_ctx:
+            nd: i64 = 0
+            tail = vec[i32](capacity=NGRAM_MAX + n_draft)
+            if pos >= 2:
+                lo = pos - 4 if pos > 4 else 0
+                for j in range(i_start + lo, i_start + pos):
+                    tail = append(tail, toks[j])
+                base = i64(len(tail))
+                tail = draft_core(tail, pos, n_draft, NGRAM_MIN, NGRAM_MAX, ctx, dyn, st)
+                nd = i64(len(tail)) - base
+                n_drafted += nd
+                j2: i64 = 0
+                while j2 < nd and pos < n_ctx:
+                    if toks[i_start + pos] != tail[base + j2]:
+                        break
+                    n_accept += 1
+                    pos += 1
+                    ctx._update_at(toks, i_start, pos, 1, NGRAM_MIN, NGRAM_MAX)
+                    j2 += 1
+            if pos < n_ctx:  # the "sampled" token is the ground truth
+                pos += 1
+                ctx._update_at(toks, i_start, pos, 1, NGRAM_MIN, NGRAM_MAX)
+        t_draft += time.perf_counter() - t0
+        dyn._merge_native(ctx)
+        ctx._clear_keep()
+        i_start += n_ctx
+        if progress is not None:
+            progress(int(min(i_start, total)), int(total))
+    return n_drafted, n_accept, t_draft
+
+
+# --- the public functions -----------------------------------------------------------------
+
+
+def build_static(tokens: Sequence[int]) -> NgramCache:
+    """The static cache of a corpus: all its 2-grams (llama-lookup-create, spec 8.1)."""
+    cache = NgramCache()
+    cache.update(tokens, len(tokens), NGRAM_STATIC, NGRAM_STATIC)
+    return cache
+
+
+def draft(
+    inp: Sequence[int],
+    draft: list[int],
+    n_draft: int,
+    ngram_min: int,
+    ngram_max: int,
+    nc_context: object,
+    nc_dynamic: object,
+    nc_static: object,
+) -> None:
+    """Append up to ``n_draft`` drafted tokens to ``draft`` (llama.cpp's ``common_ngram_cache_draft``).
+
+    ``draft`` must hold exactly one token, the last sampled one, which the caller has
+    also appended to ``inp``; it is never read. Drafting stops at the first position
+    where neither the context, the dynamic nor the static cache proposes a token.
+    The caches are fast :class:`NgramCache` objects; the static one may also be a
+    ``StaticIndex``, None (none), or any object with the reference's ``part(key)``.
+    Other context/dynamic types, or ids outside int32 in ``inp``, take the reference's
+    code path (same results, reference speed).
+    """
+    if len(draft) != 1:
+        raise ValueError(f"draft must hold exactly the last sampled token, got {len(draft)} tokens")
+    check_ngram_range(ngram_min, ngram_max)
+    if len(inp) < 2:
+        return
+    st = as_static_source(nc_static)
+    if (
+        isinstance(nc_context, NgramCache)
+        and isinstance(nc_dynamic, NgramCache)
+        and st is not None
+        and fits_tokens(inp[-NGRAM_MAX:])
+    ):
+        draft_list(inp, draft, n_draft, ngram_min, ngram_max, nc_context, nc_dynamic, st)
+        return
+    from lookupdec.reference.draft import draft as reference_draft
+
+    reference_draft(inp, draft, n_draft, ngram_min, ngram_max, nc_context, nc_dynamic, nc_static)  # type: ignore[arg-type]
+
+
+def replay(
+    tokens: Sequence[int],
+    n_ctx: int = 4096,
+    n_draft: int = 8,
+    nc_static: object = None,
+    nc_dynamic: NgramCache | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayResult:
+    """Replay ``tokens`` as llama-lookup-stats does and return the counts and timings.
+
+    The tokens are cut into chunks of ``n_ctx`` while ``i_start + n_ctx < len(tokens)``
+    (so a last chunk that ends exactly at the end is dropped too, as in llama.cpp).
+    Each chunk starts with an empty context cache; after a chunk the context cache is
+    merged into the dynamic one, which therefore grows through the run. ``nc_dynamic``
+    is modified in place when given. ``nc_static`` is a fast NgramCache, a StaticIndex,
+    None, or any object with the reference's ``part(key)`` (looked up through Python calls).
+    """
+    if n_ctx < 1:
+        raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
+    if n_draft < 0:
+        raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+    st = as_static_source(nc_static)
+    dyn = nc_dynamic if nc_dynamic is not None else NgramCache()
+    if st is None or not isinstance(dyn, NgramCache):
+        from lookupdec.reference.replay import replay as reference_replay
+
+        return reference_replay(tokens, n_ctx, n_draft, nc_static, dyn, progress)  # type: ignore[arg-type]
+    total = len(tokens)
+    n_chunks = max(0, (total - 1) // n_ctx) if total > n_ctx else 0
+    # Only the chunks' tokens are ever read (and range-checked, as the reference's updates do).
+    used = n_chunks * n_ctx if n_ctx >= 2 else 0
+    toks = to_vec(tokens[:used] if used < total else tokens)
+    n_drafted, n_accept, t_draft = replay_core(toks, n_ctx, n_draft, st, dyn, progress, total)
+    return ReplayResult(
+        n_ctx=n_ctx,
+        n_draft=n_draft,
+        n_tokens=total,
+        n_predict=total - total % n_ctx,
+        n_drafted=int(n_drafted),
+        n_accept=int(n_accept),
+        t_draft_s=t_draft,
+    )

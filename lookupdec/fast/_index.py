@@ -1,0 +1,759 @@
+"""The compiled static index: lookupdec's static index file (docs/static-index.md), read in place.
+
+Opening costs O(1): the 96-byte header is checked and the file is memory-mapped (or, with
+``in_memory=True``, read into one ``bytes``). Lookups read the flat little-endian arrays
+with ``librt.strings.read_i32_le``/``read_i64_le``, which mypyc compiles to direct loads on a
+``bytes`` object. An ``mmap`` is not a ``bytes``, so in mmap mode each lookup slices the
+few bytes it needs (a slot, a key, two starts, a pick, then the followers' tokens and
+counts) into small ``bytes`` objects and reads those.
+
+Every offset read from the file is checked before it is used, so a corrupt file raises
+:class:`~lookupdec.errors.CacheFormatError` instead of reading out of bounds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Final
+
+from librt.strings import BytesWriter, read_i32_le, read_i64_le, write_i32_le, write_i64_le
+from librt.vecs import append, vec
+from mypy_extensions import i32, i64
+
+from lookupdec.errors import CacheFormatError
+
+if TYPE_CHECKING:
+    from lookupdec.formats import ForkStatic
+from lookupdec.fast._core import (
+    ABSENT,
+    INT32_MAX,
+    INT32_MIN,
+    M32,
+    NULL32,
+    PAD_WORD,
+    Key,
+    NgramCache,
+    StaticSource,
+    filled_i32,
+    key_words,
+    pack,
+)
+
+MAGIC: Final = b"LKDCIDX\x00"
+VERSION: Final = 1
+HEADER_SIZE: Final = 96
+HEADER: Final = struct.Struct("<8sIIII QQQQ 8s QQ 8s Q".replace(" ", ""))
+# The hash multiplier 0x9E3779B97F4A7C15 as two 32-bit halves (see static_slot).
+MUL_HI: Final[i64] = 0x9E3779B9
+MUL_LO: Final[i64] = 0x7F4A7C15
+# The mmap-mode memo: 2**MEMO_BITS entries holding at most MEMO_BUDGET bytes of sliced parts
+# (so its memory stays bounded whatever the file size; a part that does not fit is re-sliced).
+MEMO_BITS: Final[i64] = 16
+MEMO_BUDGET: Final[i64] = 32 << 20
+# Sizes above these cannot be real (and keep every offset computation far from i64 overflow).
+MAX_ITEMS: Final = 1 << 40
+
+
+def mul32(a: i64, b: i64) -> tuple[i64, i64]:
+    """(high 32 bits, low 32 bits) of ``a * b`` for ``0 <= a, b < 2**32``.
+
+    Computed from 16-bit pieces so no intermediate reaches 2**63: the same result compiled
+    (where i64 would silently wrap) and interpreted (where ints are unbounded).
+    """
+    al = a & 0xFFFF
+    ah = a >> 16
+    p1 = al * b
+    p2 = ah * b
+    s = p1 + ((p2 & 0xFFFF) << 16)
+    return (p2 >> 16) + (s >> 32), s & M32
+
+
+def static_slot(a: i32, b: i32, bits: i64) -> i64:
+    """Home slot of the 2-gram (a, b): ``((k * 0x9E3779B97F4A7C15) mod 2**64) >> (64 - bits)``.
+
+    ``k`` is the packed key ``(a << 32) | (b & 0xFFFFFFFF)`` as an unsigned 64-bit number.
+    """
+    hi = i64(a) & M32
+    lo = i64(b) & M32
+    h1, l1 = mul32(lo, MUL_LO)
+    _, x1 = mul32(lo, MUL_HI)
+    _, x2 = mul32(hi, MUL_LO)
+    rhi = (h1 + x1 + x2) & M32
+    if bits <= 32:
+        return rhi >> (32 - bits)
+    return (rhi << (bits - 32)) | (l1 >> (64 - bits))
+
+
+def align8(x: i64) -> i64:
+    """``x`` rounded up to a multiple of 8."""
+    return (x + 7) & ~7
+
+
+def static_pick(toks: vec[i32], cnts: vec[i64]) -> i32:
+    """Spec 3.2 on one part: the max-count follower (smallest id on ties), if >= 2 and >= 50 %."""
+    best = NULL32
+    mx: i64 = 0
+    total: i64 = 0
+    for j in range(len(toks)):
+        c = cnts[j]
+        t = toks[j]
+        if c > mx or (c == mx and t < best):
+            best = t
+            mx = c
+        total += c
+    if total < 2 or 100 * mx < 50 * total:
+        return NULL32
+    return best
+
+
+def sort_pairs(toks: vec[i32], cnts: vec[i64]) -> None:
+    """Sort (token, count) pairs by token, in place (insertion sort; big parts go through ``sorted``)."""
+    n = i64(len(toks))
+    if n > 32:
+        order = sorted(range(n), key=lambda j: int(toks[j]))
+        t2 = vec[i32]([toks[j] for j in order])
+        c2 = vec[i64]([cnts[j] for j in order])
+        for j in range(n):
+            toks[j] = t2[j]
+            cnts[j] = c2[j]
+        return
+    for j in range(1, n):
+        t = toks[j]
+        c = cnts[j]
+        m = j - 1
+        while m >= 0 and toks[m] > t:
+            toks[m + 1] = toks[m]
+            cnts[m + 1] = cnts[m]
+            m -= 1
+        toks[m + 1] = t
+        cnts[m + 1] = c
+
+
+class IndexBuilder:
+    """Accumulates a static cache's 2-grams in key order and writes the index bytes."""
+
+    def __init__(self) -> None:
+        self.keys = vec[i64]()
+        self.starts = vec[i64]([0])
+        self.picks = vec[i32]()
+        self.tokens = vec[i32]()
+        self.counts = vec[i32]()
+        self.total: i64 = 0
+
+    def add(self, a: i32, b: i32, toks: vec[i32], cnts: vec[i64]) -> None:
+        """Add the next key (keys must come ascending) with its followers (any order)."""
+        sort_pairs(toks, cnts)
+        for j in range(len(toks)):
+            c = cnts[j]
+            if c <= 0 or c > INT32_MAX:
+                raise ValueError(f"count of follower {toks[j]} of ({a}, {b}) must be in 1..2**31-1, got {c}")
+            if j > 0 and toks[j] == toks[j - 1]:
+                raise ValueError(f"follower {toks[j]} of ({a}, {b}) is repeated")
+            self.tokens = append(self.tokens, toks[j])
+            self.counts = append(self.counts, i32(c))
+            self.total += c
+        self.keys = append(self.keys, pack(a, b))
+        self.picks = append(self.picks, static_pick(toks, cnts))
+        self.starts = append(self.starts, i64(len(self.tokens)))
+
+    def to_bytes(self, vocab_size: int = 0, vocab_fingerprint: bytes = bytes(8)) -> bytes:
+        """The complete file: header, then slots, keys, starts, picks, tokens, counts."""
+        n_keys = i64(len(self.keys))
+        n_entries = i64(len(self.tokens))
+        n_slots: i64 = 2
+        bits: i64 = 1
+        while n_slots < 2 * n_keys:
+            n_slots *= 2
+            bits += 1
+        slots = filled_i32(n_slots, NULL32)
+        mask = n_slots - 1
+        keys = self.keys
+        for o in range(n_keys):
+            kw = keys[o]
+            h = static_slot(i32(kw >> 32), i32(((kw & M32) ^ 0x80000000) - 0x80000000), bits)
+            while slots[h] >= 0:
+                h = (h + 1) & mask
+            slots[h] = i32(o)
+        w = BytesWriter()
+        pos: i64 = HEADER_SIZE
+        for j in range(n_slots):
+            write_i32_le(w, slots[j])
+        pos += 4 * n_slots
+        pos = pad_to(w, pos, align8(pos))
+        for j in range(n_keys):
+            write_i64_le(w, keys[j])
+        for j in range(n_keys + 1):
+            write_i64_le(w, self.starts[j])
+        pos += 8 * n_keys + 8 * (n_keys + 1)
+        for j in range(n_keys):
+            write_i32_le(w, self.picks[j])
+        pos += 4 * n_keys
+        pos = pad_to(w, pos, align8(pos))
+        for j in range(n_entries):
+            write_i32_le(w, self.tokens[j])
+        pos += 4 * n_entries
+        pos = pad_to(w, pos, align8(pos))
+        for j in range(n_entries):
+            write_i32_le(w, self.counts[j])
+        pos += 4 * n_entries
+        body = w.getvalue()
+        checksum = hashlib.blake2b(body, digest_size=8).digest()
+        header = HEADER.pack(
+            MAGIC, VERSION, HEADER_SIZE, 2, 0, n_keys, n_entries, n_slots, vocab_size,
+            vocab_fingerprint, int(self.total), pos, checksum, 0,
+        )  # fmt: skip
+        return header + body
+
+
+def pad_to(w: BytesWriter, pos: i64, target: i64) -> i64:
+    """Write zero bytes up to offset ``target``."""
+    while pos < target:
+        w.append(0)
+        pos += 1
+    return pos
+
+
+def index_bytes_from_cache(cache: NgramCache) -> bytes:
+    """Index bytes of a static cache (only 2-gram keys) built natively from a fast NgramCache."""
+    n = cache._n_keys_native()
+    order: list[int] = []
+    for kid in range(n):
+        w0 = cache._k0[kid]
+        if cache._k1[kid] != PAD_WORD:
+            raise ValueError("a static index holds only 2-gram keys; this cache has longer or shorter ones")
+        # Flip the low word's sign bit: then a signed compare of the i64 orders (t0, t1) signed.
+        order.append(int(w0 ^ 0x80000000))
+    order.sort()
+    b = IndexBuilder()
+    for s in order:
+        w0 = i64(s) ^ 0x80000000
+        kid = cache._find(w0, PAD_WORD)
+        toks = vec[i32]()
+        cnts = vec[i64]()
+        node = i64(cache._head[kid])
+        while node >= 0:
+            toks = append(toks, cache._ntok[node])
+            cnts = append(cnts, cache._ncnt[node])
+            node = i64(cache._nnext[node])
+        b.add(i32(w0 >> 32), i32(((w0 & M32) ^ 0x80000000) - 0x80000000), toks, cnts)
+    return b.to_bytes()
+
+
+def index_bytes_from_contents(contents: Iterable[tuple[Sequence[int], Iterable[tuple[int, int]]]]) -> bytes:
+    """Index bytes of static-cache contents (2-gram keys; repeated keys and followers are summed)."""
+    return index_bytes_from_cache(NgramCache.from_contents(contents))
+
+
+class StaticIndex(StaticSource):
+    """A read-only static cache in lookupdec's static index format (docs/static-index.md).
+
+    Open a file with :meth:`open` (memory-mapped, O(1)) or build one in memory with
+    :meth:`from_cache` / :meth:`from_contents`. Usable wherever a static cache is: as
+    ``nc_static`` of ``draft`` and ``replay``, and through :meth:`part` like a cache.
+    """
+
+    path: str
+    in_memory: bool
+    n_keys: i64
+    n_entries: i64
+    n_slots: i64
+    vocab_size: i64
+    vocab_fingerprint: bytes
+    total_count: i64
+    _file_size: i64
+    _checksum: bytes
+    _bits: i64
+    _buf: bytes
+    _mm: mmap.mmap | None
+    _o_slots: i64
+    _o_keys: i64
+    _o_starts: i64
+    _o_picks: i64
+    _o_tokens: i64
+    _o_counts: i64
+    _bt: bytes
+    _bc: bytes
+    _ct: i64
+    _cc: i64
+    _cn: i64
+    _cpick: i32
+    _memo_ok: list[bool]
+    _memo_key: vec[i64]
+    _memo_n: vec[i64]
+    _memo_pick: vec[i32]
+    _memo_bt: list[bytes]
+    _memo_bc: list[bytes]
+    _memo_bytes: i64
+
+    def __init__(self, path: str, header: bytes, real_size: int, buf: bytes, mm: mmap.mmap | None) -> None:
+        """Use :meth:`open`, :meth:`from_cache` or :meth:`from_contents` instead."""
+        self.path = path
+        self.in_memory = mm is None
+        self._buf = buf
+        self._mm = mm
+        self._bt = buf
+        self._bc = buf
+        self._ct = 0
+        self._cc = 0
+        self._cn = 0
+        self._cpick = NULL32
+        # The mmap memo is allocated on first use, so that opening stays O(1).
+        self._memo_ok = []
+        self._memo_bytes = 0
+        self._memo_key = vec[i64]()
+        self._memo_n = vec[i64]()
+        self._memo_pick = vec[i32]()
+        self._memo_bt = []
+        self._memo_bc = []
+        self._parse_header(header, real_size)
+
+    def _parse_header(self, header: bytes, real_size: int) -> None:
+        path = self.path
+        if len(header) < HEADER_SIZE:
+            raise CacheFormatError(path, f"file of {real_size} bytes is too short for the {HEADER_SIZE}-byte header")
+        fields = HEADER.unpack_from(header, 0)
+        magic, version, header_size, ngram_size = fields[0], fields[1], fields[2], fields[3]
+        if magic != MAGIC:
+            raise CacheFormatError(path, f"not a lookupdec static index (magic {magic!r})", 0)
+        if version != VERSION:
+            raise CacheFormatError(path, f"unsupported static index version {version}", 8)
+        if header_size != HEADER_SIZE:
+            raise CacheFormatError(path, f"header_size is {header_size}, must be {HEADER_SIZE}", 12)
+        if ngram_size != 2:
+            raise CacheFormatError(path, f"ngram_size is {ngram_size}, must be 2", 16)
+        n_keys, n_entries, n_slots = int(fields[5]), int(fields[6]), int(fields[7])
+        if n_keys > MAX_ITEMS or n_entries > MAX_ITEMS or n_slots > MAX_ITEMS:
+            raise CacheFormatError(
+                path, f"implausible sizes n_keys={n_keys} n_entries={n_entries} n_slots={n_slots}", 24
+            )
+        if n_slots < max(2, 2 * n_keys) or n_slots & (n_slots - 1):
+            raise CacheFormatError(path, f"n_slots = {n_slots} is not a power of two >= max(2, 2 * n_keys)", 40)
+        self.n_keys = n_keys
+        self.n_entries = n_entries
+        self.n_slots = n_slots
+        self._bits = n_slots.bit_length() - 1
+        self.vocab_size = int(fields[8])
+        self.vocab_fingerprint = bytes(fields[9])
+        self.total_count = int(fields[10])
+        self._file_size = int(fields[11])
+        self._checksum = bytes(fields[12])
+        self._o_slots = HEADER_SIZE
+        self._o_keys = align8(self._o_slots + 4 * n_slots)
+        self._o_starts = self._o_keys + 8 * n_keys
+        self._o_picks = self._o_starts + 8 * (n_keys + 1)
+        self._o_tokens = align8(self._o_picks + 4 * n_keys)
+        self._o_counts = align8(self._o_tokens + 4 * n_entries)
+        end = self._o_counts + 4 * n_entries
+        if self._file_size != end:
+            raise CacheFormatError(path, f"header says file_size = {self._file_size}, the counts imply {end}", 72)
+        if real_size != end:
+            raise CacheFormatError(path, f"file is {real_size} bytes, its header says {end}")
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, in_memory: bool = False) -> StaticIndex:
+        """Open a static index file: memory-mapped (default) or read into memory (``in_memory``)."""
+        p = os.fspath(path)
+        with open(p, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            header = f.read(HEADER_SIZE)
+            if in_memory:
+                f.seek(0)
+                data = f.read()  # one read, no header + rest concatenation (a second full copy)
+                if len(data) != size:
+                    raise CacheFormatError(p, f"file changed size while being read ({size} -> {len(data)} bytes)")
+                return StaticIndex(p, header, size, data, None)
+            if len(header) < HEADER_SIZE:
+                return StaticIndex(p, header, size, b"", None)  # raises: too short
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            return StaticIndex(p, header, size, b"", mm)
+        except BaseException:
+            mm.close()
+            raise
+
+    @classmethod
+    def from_bytes(cls, data: bytes, path: str = "<memory>") -> StaticIndex:
+        """A static index over the bytes of an index file (``path`` names it in errors)."""
+        return StaticIndex(path, data[:HEADER_SIZE], len(data), data, None)
+
+    @classmethod
+    def from_cache(cls, cache: NgramCache) -> StaticIndex:
+        """Build an index in memory from a static cache (2-gram keys only)."""
+        return StaticIndex.from_bytes(index_bytes_from_cache(cache))
+
+    @classmethod
+    def from_contents(cls, contents: Iterable[tuple[Sequence[int], Iterable[tuple[int, int]]]]) -> StaticIndex:
+        """Build an index in memory from (key, [(token, count), ...]) pairs of 2-gram keys."""
+        return StaticIndex.from_bytes(index_bytes_from_contents(contents))
+
+    # --- raw reads ---------------------------------------------------------------------
+
+    def _slice(self, off: i64, n: i64) -> bytes:
+        mm = self._mm
+        if mm is None:
+            raise ValueError(f"{self.path}: static index is closed")
+        return mm[off : off + n]
+
+    def _rd32(self, off: i64) -> i32:
+        """The i32 at byte ``off`` (inside the file: callers check the index)."""
+        if self.in_memory:
+            return read_i32_le(self._buf, off)
+        return read_i32_le(self._slice(off, 4), 0)
+
+    def _rd64(self, off: i64) -> i64:
+        """The i64 at byte ``off``."""
+        if self.in_memory:
+            return read_i64_le(self._buf, off)
+        return read_i64_le(self._slice(off, 8), 0)
+
+    def _corrupt(self, message: str, off: i64) -> CacheFormatError:
+        """The error for a corrupt file found while reading at ``off``."""
+        return CacheFormatError(self.path, message + " (run verify() for a full check)", int(off))
+
+    def _find(self, a: i32, b: i32) -> i64:
+        """Ordinal of the 2-gram (a, b), -1 if absent."""
+        n_keys = self.n_keys
+        if n_keys == 0:
+            return -1
+        k = pack(a, b)
+        mask = self.n_slots - 1
+        h = static_slot(a, b, self._bits)
+        o_slots = self._o_slots
+        o_keys = self._o_keys
+        mem = self.in_memory
+        buf = self._buf
+        # At most n_slots probes: a corrupt table with no empty slot cannot loop forever.
+        for _ in range(self.n_slots):
+            off = o_slots + 4 * h
+            o = i64(read_i32_le(buf, off) if mem else self._rd32(off))
+            if o < 0:
+                if o != -1:
+                    raise self._corrupt(f"slot {h} holds {o}", off)
+                return -1
+            if o >= n_keys:
+                raise self._corrupt(f"slot {h} holds ordinal {o}, there are {n_keys} keys", off)
+            koff = o_keys + 8 * o
+            if (read_i64_le(buf, koff) if mem else self._rd64(koff)) == k:
+                return o
+            h = (h + 1) & mask
+        return -1
+
+    def _span(self, o: i64) -> tuple[i64, i64]:
+        """(start, end) entry indices of key ordinal ``o``, checked."""
+        off = self._o_starts + 8 * o
+        if self.in_memory:
+            s = read_i64_le(self._buf, off)
+            e = read_i64_le(self._buf, off + 8)
+        else:
+            both = self._slice(off, 16)
+            s = read_i64_le(both, 0)
+            e = read_i64_le(both, 8)
+        if s < 0 or s > e or e > self.n_entries:
+            raise self._corrupt(f"key {o} has entries {s}..{e}, outside 0..{self.n_entries}", off)
+        return s, e
+
+    # --- the static-source interface -------------------------------------------------
+
+    def _st_begin(self, a: i32, b: i32) -> bool:
+        """Select the part of the 2-gram (a, b); True when it has followers."""
+        if not self.in_memory:
+            return self._st_begin_mmap(a, b)
+        o = self._find(a, b)
+        if o < 0:
+            self._cn = 0
+            return False
+        s, e = self._span(o)
+        self._cpick = read_i32_le(self._buf, self._o_picks + 4 * o)
+        self._cn = e - s
+        self._ct = self._o_tokens + 4 * s
+        self._cc = self._o_counts + 4 * s
+        return e > s
+
+    def _alloc_memo(self) -> None:
+        """Allocate the mmap-mode memo (empty entries)."""
+        memo: i64 = 1 << MEMO_BITS
+        self._memo_ok = [False] * memo
+        self._memo_bt = [b""] * memo
+        self._memo_bc = [b""] * memo
+        key = vec[i64](capacity=memo)
+        n = vec[i64](capacity=memo)
+        pick = vec[i32](capacity=memo)
+        for _ in range(memo):
+            key = append(key, 0)
+            n = append(n, 0)
+            pick = append(pick, NULL32)
+        self._memo_key = key
+        self._memo_n = n
+        self._memo_pick = pick
+
+    def _st_begin_mmap(self, a: i32, b: i32) -> bool:
+        """st_begin in mmap mode, through a direct-mapped memo of recent 2-grams.
+
+        Every mmap read is a slice (an allocation), about 6 per lookup; drafting asks for
+        the same common 2-grams again and again, so remembering the sliced parts pays.
+        """
+        if len(self._memo_ok) == 0:
+            self._alloc_memo()
+        k = pack(a, b)
+        m = static_slot(a, b, MEMO_BITS)
+        if self._memo_ok[m] and self._memo_key[m] == k:
+            self._cn = self._memo_n[m]
+            self._cpick = self._memo_pick[m]
+            self._bt = self._memo_bt[m]
+            self._bc = self._memo_bc[m]
+            return self._cn > 0
+        o = self._find(a, b)
+        if o < 0:
+            n: i64 = 0
+            pick = NULL32
+            bt = b""
+            bc = b""
+        else:
+            s, e = self._span(o)
+            n = e - s
+            pick = self._rd32(self._o_picks + 4 * o)
+            bt = self._slice(self._o_tokens + 4 * s, 4 * n)
+            bc = self._slice(self._o_counts + 4 * s, 4 * n)
+        self._cn = n
+        self._cpick = pick
+        self._bt = bt
+        self._bc = bc
+        self._ct = 0
+        self._cc = 0
+        old: i64 = i64(len(self._memo_bt[m]) + len(self._memo_bc[m])) if self._memo_ok[m] else 0
+        if self._memo_bytes - old + 8 * n <= MEMO_BUDGET:
+            self._memo_bytes += 8 * n - old
+            self._memo_ok[m] = True
+            self._memo_key[m] = k
+            self._memo_n[m] = n
+            self._memo_pick[m] = pick
+            self._memo_bt[m] = bt
+            self._memo_bc[m] = bc
+        return n > 0
+
+    def _st_count(self, tok: i32) -> i64:
+        """Count of ``tok`` in the selected part (branchless binary search), ABSENT if not there."""
+        n = self._cn
+        if n == 0:
+            return ABSENT
+        bt = self._bt
+        ct = self._ct
+        lo: i64 = 0
+        # Halve a fixed number of times for a given length; the select compiles to a cmov.
+        while n > 1:
+            half = n >> 1
+            lo = lo + half if read_i32_le(bt, ct + 4 * (lo + half)) <= tok else lo
+            n -= half
+        if read_i32_le(bt, ct + 4 * lo) == tok:
+            return i64(read_i32_le(self._bc, self._cc + 4 * lo))
+        return ABSENT
+
+    def _st_pick(self) -> i32:
+        """The precomputed static-only draft of the selected part."""
+        return self._cpick
+
+    # --- reading like a cache ----------------------------------------------------------
+
+    def _followers(self, o: i64) -> list[tuple[int, int]]:
+        """(token, count) pairs of key ordinal ``o``, ascending by token."""
+        s, e = self._span(o)
+        out: list[tuple[int, int]] = []
+        for j in range(s, e):
+            out.append((int(self._rd32(self._o_tokens + 4 * j)), int(self._rd32(self._o_counts + 4 * j))))
+        return out
+
+    def _key_of(self, o: i64) -> Key:
+        """The 4-slot key of ordinal ``o``."""
+        w = self._rd64(self._o_keys + 8 * o)
+        return (int(w >> 32), int(((w & M32) ^ 0x80000000) - 0x80000000), -1, -1)
+
+    def _ordinal(self, key: Sequence[object]) -> i64:
+        """Ordinal of a 4-slot key (a padded 2-gram), -1 if absent."""
+        ok, w0, w1 = key_words(key)
+        if not ok or w1 != PAD_WORD:
+            return -1
+        return self._find(i32(w0 >> 32), i32(((w0 & M32) ^ 0x80000000) - 0x80000000))
+
+    def part(self, key: Key) -> dict[int, int] | None:
+        """The followers of a padded key as a new dict, or None (the reference's ``part``)."""
+        o = self._ordinal(key)
+        return dict(self._followers(o)) if o >= 0 else None
+
+    def get(self, key: Sequence[int]) -> dict[int, int]:
+        """The followers of a 2-gram (2 tokens or a padded key) as a new dict; empty if absent."""
+        k = list(key)
+        if len(k) == 2:
+            k += [-1, -1]
+        o = self._ordinal(k)
+        return dict(self._followers(o)) if o >= 0 else {}
+
+    def pick(self, a: int, b: int) -> int:
+        """The static-only draft after the 2-gram (a, b) (spec 3.2), -1 if none. O(1)."""
+        if not (INT32_MIN <= a <= INT32_MAX and INT32_MIN <= b <= INT32_MAX):
+            return -1
+        o = self._find(i32(a), i32(b))
+        return int(self._rd32(self._o_picks + 4 * o)) if o >= 0 else -1
+
+    def keys(self) -> Iterator[Key]:
+        """Every key, ascending."""
+        return iter([self._key_of(o) for o in range(self.n_keys)])
+
+    def items(self) -> Iterator[tuple[Key, dict[int, int]]]:
+        """(key, part) pairs, keys ascending."""
+        return iter([(self._key_of(o), dict(self._followers(o))) for o in range(self.n_keys)])
+
+    def contents(self) -> list[tuple[Key, list[tuple[int, int]]]]:
+        """The canonical form: keys ascending, each with its (token, count) pairs ascending."""
+        return [(self._key_of(o), self._followers(o)) for o in range(self.n_keys)]
+
+    def to_cache(self) -> NgramCache:
+        """An ordinary (mutable) NgramCache with the same contents."""
+        return NgramCache.from_contents(self.contents())
+
+    def to_bytes(self) -> bytes:
+        """The whole index file as bytes."""
+        if self.in_memory:
+            return self._buf
+        return self._slice(0, self._file_size)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the index file to ``path`` (atomically)."""
+        from lookupdec._atomic import atomic_writer
+
+        with atomic_writer(path) as f:
+            f.write(self.to_bytes())
+
+    def __len__(self) -> int:
+        """Number of keys."""
+        return int(self.n_keys)
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, tuple):
+            return False
+        return self._ordinal(key) >= 0
+
+    def __repr__(self) -> str:
+        mode = "in-memory" if self.in_memory else "mmap"
+        return f"<fast.StaticIndex {self.path!r} {mode} keys={self.n_keys} entries={self.n_entries}>"
+
+    def verify(self) -> None:
+        """Check the checksum and every structural rule of docs/static-index.md; CacheFormatError if broken."""
+        data = self.to_bytes()
+        if hashlib.blake2b(data[HEADER_SIZE:], digest_size=8).digest() != self._checksum:
+            raise CacheFormatError(self.path, "checksum mismatch: the file is corrupt", 80)
+        verify_structure(self, data)
+
+    def close(self) -> None:
+        """Release the memory map (in-memory indexes just drop their buffer)."""
+        mm = self._mm
+        self._mm = None
+        self._bt = b""
+        self._bc = b""
+        self._cn = 0
+        self._memo_ok = []
+        self._memo_bt = []
+        self._memo_bc = []
+        self._memo_bytes = 0
+        if mm is not None:
+            mm.close()
+        if self.in_memory:
+            self._buf = b""
+            self.n_keys = 0
+
+    def __enter__(self) -> StaticIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def verify_structure(ix: StaticIndex, data: bytes) -> None:
+    """Every structural rule of the format, reading ``data`` (the whole file)."""
+    path = ix.path
+    n_keys = ix.n_keys
+    n_entries = ix.n_entries
+    # starts: from 0 to n_entries, non-decreasing
+    prev: i64 = -1
+    for o in range(n_keys + 1):
+        s = read_i64_le(data, ix._o_starts + 8 * o)
+        if (o == 0 and s != 0) or s < prev or s > n_entries or (o == n_keys and s != n_entries):
+            raise CacheFormatError(
+                path,
+                f"starts[{o}] = {s} breaks 0 = starts[0] <= ... <= starts[n_keys] = {n_entries}",
+                int(ix._o_starts + 8 * o),
+            )
+        prev = s
+    prev_key: i64 = 0
+    for o in range(n_keys):
+        w = read_i64_le(data, ix._o_keys + 8 * o) ^ 0x80000000
+        if o > 0 and w <= prev_key:
+            raise CacheFormatError(path, f"key {o} is not strictly greater than key {o - 1}", int(ix._o_keys + 8 * o))
+        prev_key = w
+        s = read_i64_le(data, ix._o_starts + 8 * o)
+        e = read_i64_le(data, ix._o_starts + 8 * o + 8)
+        toks = vec[i32]()
+        cnts = vec[i64]()
+        for j in range(s, e):
+            t = read_i32_le(data, ix._o_tokens + 4 * j)
+            c = read_i32_le(data, ix._o_counts + 4 * j)
+            if j > s and t <= toks[len(toks) - 1]:
+                raise CacheFormatError(
+                    path, f"followers of key {o} are not strictly ascending", int(ix._o_tokens + 4 * j)
+                )
+            if c < 1:
+                raise CacheFormatError(
+                    path, f"follower {t} of key {o} has count {c}, must be >= 1", int(ix._o_counts + 4 * j)
+                )
+            toks = append(toks, t)
+            cnts = append(cnts, i64(c))
+        pick = read_i32_le(data, ix._o_picks + 4 * o)
+        if pick != static_pick(toks, cnts):
+            raise CacheFormatError(
+                path, f"picks[{o}] = {pick}, spec 3.2 gives {static_pick(toks, cnts)}", int(ix._o_picks + 4 * o)
+            )
+        key = ix._key_of(o)
+        if ix._find(i32(key[0]), i32(key[1])) != o:
+            raise CacheFormatError(path, f"key {o} {key[:2]} is not found by its own probe", int(ix._o_keys + 8 * o))
+    used: i64 = 0
+    for h in range(ix.n_slots):
+        v = read_i32_le(data, ix._o_slots + 4 * h)
+        if v < -1 or i64(v) >= n_keys:
+            raise CacheFormatError(path, f"slot {h} holds {v}, not -1 or a key ordinal", int(ix._o_slots + 4 * h))
+        if v >= 0:
+            used += 1
+    if used != n_keys:
+        raise CacheFormatError(path, f"{used} slots are used, there are {n_keys} keys", int(ix._o_slots))
+
+
+def load_static(
+    path: str | os.PathLike[str], *, in_memory: bool = False, strict: bool = False
+) -> StaticIndex | NgramCache | ForkStatic:
+    """Open a static cache file of any supported format for use as ``nc_static``.
+
+    A lookupdec index is opened in O(1) as a :class:`StaticIndex` (memory-mapped, or read
+    into memory with ``in_memory=True``); a legacy llama.cpp file or a fork v1/v2 file is
+    decoded and indexed in memory (``in_memory`` is then irrelevant). A legacy file that
+    also holds 3- or 4-gram keys (a dynamic cache passed as static) cannot be an index; it
+    is returned as the :class:`NgramCache` it decodes to, which drafts identically.
+    ``strict`` applies to legacy files (see ``NgramCache.load``). A fork v1 file has no
+    key table, so it stays a ``lookupdec.formats.ForkStatic`` (looked up via its constmap,
+    through Python calls), as in the reference.
+    """
+    from lookupdec.formats import ForkStatic, detect_format, read_as_contents
+
+    fmt = detect_format(path)
+    if fmt == "lookupdec":
+        return StaticIndex.open(path, in_memory=in_memory)
+    if fmt == "fork-v1":
+        return ForkStatic(path)
+    if fmt == "llama":
+        cache = NgramCache.load(path, strict=strict)
+        for kid in range(cache._n_keys_native()):
+            if cache._k1[kid] != PAD_WORD:
+                return cache
+        return StaticIndex.from_cache(cache)
+    return StaticIndex.from_contents(read_as_contents(path))

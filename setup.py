@@ -1,0 +1,95 @@
+"""Build script: compiles lookupdec's hot modules with mypyc (everything else is in pyproject.toml).
+
+Only the modules listed in ``HOT_MODULES`` are compiled. If mypyc or a C compiler is not
+available the package still installs, running those modules as plain Python (identical
+results, reference-like speed), with a warning; set ``LOOKUPDEC_REQUIRE_MYPYC=1`` to make
+that an error instead (CI does, so a silent fallback cannot pass the benchmarks).
+Set ``LOOKUPDEC_NO_MYPYC=1`` to skip compilation on purpose.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import warnings
+from typing import Any
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+HOT_MODULES = ["lookupdec/fast/_core.py", "lookupdec/fast/_index.py"]
+REQUIRE = os.environ.get("LOOKUPDEC_REQUIRE_MYPYC") == "1"
+SKIP = os.environ.get("LOOKUPDEC_NO_MYPYC") == "1"
+
+
+def _remove_stale_builds() -> None:
+    """Delete compiled hot modules left by an earlier in-place build.
+
+    An extension module wins over the .py file next to it, so after a failed rebuild an old
+    ``_core.*.so`` would silently run instead of the edited source.
+    """
+    root = os.path.dirname(os.path.abspath(__file__))
+    patterns = [os.path.join(root, "lookupdec__mypyc.*")]
+    for module in HOT_MODULES:
+        patterns.append(os.path.join(root, module[: -len(".py")] + ".*.so"))
+        patterns.append(os.path.join(root, module[: -len(".py")] + ".*.pyd"))
+    for pattern in patterns:
+        for path in glob.glob(pattern) + glob.glob(os.path.join(root, "build", "lib*", os.path.relpath(pattern, root))):
+            os.remove(path)
+
+
+def _fallback(reason: str) -> None:
+    """Warn (or, when compiled code is required, fail) that the fast path stays interpreted."""
+    message = f"lookupdec: building without mypyc ({reason}); lookupdec.fast will run interpreted and slowly"
+    if REQUIRE:
+        raise SystemExit(message + " [LOOKUPDEC_REQUIRE_MYPYC=1]")
+    _remove_stale_builds()
+    warnings.warn(message, stacklevel=2)
+    print("WARNING: " + message, file=sys.stderr)
+
+
+def _ext_modules() -> list[Any]:
+    if SKIP and not REQUIRE:
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError as e:
+        _fallback(f"mypyc is not importable: {e}")
+        return []
+    try:
+        # group_name gives the shared library a stable name (lookupdec__mypyc) instead of a hash.
+        return list(mypycify(HOT_MODULES, opt_level="3", debug_level="0", group_name="lookupdec"))
+    # mypyc reports a type error with SystemExit, not an exception subclass: catch both.
+    except (Exception, SystemExit) as e:  # a mypy type error or a code generation failure
+        _fallback(f"mypyc failed: {type(e).__name__}: {str(e)[:500]}")
+        return []
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that falls back to the interpreted modules when the C build fails.
+
+    mypyc makes one shared library plus one small shim extension per module; the shims
+    import the shared library, so a partial build would leave unimportable modules.
+    Any failure therefore removes every extension built so far before falling back.
+    """
+
+    def run(self) -> None:
+        """Build every extension; on failure remove them all and fall back (or fail if required)."""
+        try:
+            super().run()
+        except Exception as e:  # CCompilerError, DistutilsExecError, DistutilsPlatformError, ...
+            self._remove_outputs()
+            _fallback(f"the C build failed: {type(e).__name__}: {str(e)[:200]}")
+
+    def _remove_outputs(self) -> None:
+        for ext in self.extensions:
+            for path in {
+                self.get_ext_fullpath(ext.name),
+                os.path.join(self.build_lib, self.get_ext_filename(ext.name)),
+            }:
+                if os.path.exists(path):
+                    os.remove(path)
+
+
+setup(ext_modules=_ext_modules(), cmdclass={"build_ext": OptionalBuildExt})
