@@ -1,0 +1,7 @@
+"""``python -m lookupdec``: the same as the ``lookupdec`` command."""
+
+import sys
+
+from lookupdec.cli import main
+
+sys.exit(main())

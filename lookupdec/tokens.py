@@ -1,0 +1,188 @@
+"""Token input: raw int32 token files, ``.npy`` arrays, and text through a Hugging Face tokenizer.
+
+Token files are used exactly as they are (no BOS is added or removed). Text files are
+tokenized with :func:`tokenize_file`, which follows llama.cpp's convention for its lookup
+tools (``add_special = true``): a BOS token is put in front when the tokenizer's own
+configuration adds one (Llama 3 does, Qwen2.5 does not), unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from lookupdec.errors import TokenFileError
+
+TokenArray = npt.NDArray[np.int32]
+"""A one-dimensional array of token ids."""
+
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1
+
+TOKEN_SUFFIXES = (".bin", ".npy")
+"""File name endings that are read as token files when neither ``--tokens`` nor ``--tokenizer`` is given."""
+
+_BOS_NAMES = ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>", "<|endoftext|>")
+
+
+def read_tokens(path: str | os.PathLike[str]) -> TokenArray:
+    """Read a token file: raw little-endian int32 ids, or a ``.npy`` array (by extension).
+
+    A raw file whose size is not a multiple of 4 raises :class:`TokenFileError` naming
+    the offset of the incomplete last id. A ``.npy`` file may hold any integer dtype; an
+    id outside the int32 range raises :class:`TokenFileError` with the byte offset of
+    that element. A missing file raises :class:`FileNotFoundError`.
+    """
+    name = os.fspath(path)
+    if name.lower().endswith(".npy"):
+        return _read_npy(name)
+    size = os.path.getsize(name)
+    if size % 4:
+        raise TokenFileError(
+            name,
+            f"size {size} bytes is not a multiple of 4 (a raw token file holds little-endian int32 ids); "
+            f"the last id is incomplete",
+            size - size % 4,
+        )
+    data = np.fromfile(name, dtype="<i4")
+    return data.astype(np.int32, copy=False)
+
+
+def _read_npy(name: str) -> TokenArray:
+    fmt = np.lib.format
+    try:
+        with open(name, "rb") as f:
+            version = fmt.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = fmt.read_array_header_1_0(f)
+            else:
+                shape, fortran, dtype = fmt.read_array_header_2_0(f)
+            data_offset = f.tell()
+    except (ValueError, EOFError) as e:
+        raise TokenFileError(name, f"not a valid .npy file ({e})", 0) from None
+    if dtype.kind not in "iu":
+        raise TokenFileError(name, f".npy array has dtype {dtype}, token ids need an integer dtype", 0)
+    if len(shape) != 1:
+        raise TokenFileError(name, f".npy array has shape {shape}, token ids need a one-dimensional array", 0)
+    expected = data_offset + int(shape[0]) * dtype.itemsize
+    size = os.path.getsize(name)
+    if size < expected:
+        raise TokenFileError(
+            name, f".npy data cut short: {shape[0]} ids of {dtype.itemsize} bytes need {expected} bytes", size
+        )
+    del fortran  # irrelevant for a one-dimensional array
+    arr: npt.NDArray[Any] = np.fromfile(name, dtype=dtype, count=int(shape[0]), offset=data_offset)
+    if arr.size and dtype.itemsize >= 4 and not np.can_cast(dtype, np.int32):
+        bad = np.flatnonzero((arr < INT32_MIN) | (arr > INT32_MAX))
+        if bad.size:
+            i = int(bad[0])
+            raise TokenFileError(
+                name,
+                f"token id {int(arr[i])} (element {i}) is outside the int32 range of a llama.cpp token id",
+                data_offset + i * dtype.itemsize,
+            )
+    return arr.astype(np.int32)
+
+
+def _load_tokenizer(tokenizer_json: str | os.PathLike[str]) -> Any:
+    from tokenizers import Tokenizer
+
+    name = os.fspath(tokenizer_json)
+    if not os.path.exists(name):
+        raise FileNotFoundError(2, "No such file or directory", name)
+    try:
+        return Tokenizer.from_file(name)
+    except Exception as e:  # tokenizers raises a bare Exception on a malformed file
+        raise TokenFileError(name, f"not a Hugging Face tokenizer.json ({e})") from None
+
+
+def bos_token_id(tokenizer: Any) -> int | None:
+    """The BOS id of a ``tokenizers.Tokenizer``: what its post-processor puts in front, else a known BOS name."""
+    with_special: list[int] = tokenizer.encode("", add_special_tokens=True).ids
+    if with_special:
+        return with_special[0]
+    for name in _BOS_NAMES:
+        token_id = tokenizer.token_to_id(name)
+        if token_id is not None:
+            return int(token_id)
+    return None
+
+
+def tokenize_file(
+    path: str | os.PathLike[str], tokenizer_json: str | os.PathLike[str], add_bos: bool | None = None
+) -> TokenArray:
+    """Tokenize a UTF-8 text file as one string with a Hugging Face ``tokenizer.json``.
+
+    ``add_bos=None`` (the default) follows llama.cpp's lookup tools, which tokenize with
+    ``add_special = true``: the tokenizer's own post-processor decides, so Llama 3 gets its
+    ``<|begin_of_text|>`` and a tokenizer that adds nothing gets nothing. ``True`` forces a
+    BOS in front (error if the tokenizer has none); ``False`` adds no special tokens. Special
+    tokens written in the text are matched as special tokens, like llama.cpp's
+    ``parse_special = true``.
+    """
+    name = os.fspath(path)
+    with open(name, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TokenFileError(name, f"text is not valid UTF-8 ({e.reason})", e.start) from None
+    tokenizer = _load_tokenizer(tokenizer_json)
+    if add_bos is None:
+        ids: list[int] = tokenizer.encode(text, add_special_tokens=True).ids
+    else:
+        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        if add_bos:
+            bos = bos_token_id(tokenizer)
+            if bos is None:
+                raise TokenFileError(
+                    os.fspath(tokenizer_json), "the tokenizer has no BOS token; use --no-add-bos or the default"
+                )
+            ids = [bos, *ids]
+    return np.asarray(ids, dtype=np.int32)
+
+
+def vocab_info(tokenizer_json: str | os.PathLike[str]) -> tuple[int, bytes]:
+    """``(vocab_size, fingerprint)`` of a tokenizer, for the static index header.
+
+    The fingerprint is the first 8 bytes of a BLAKE2b digest of the vocabulary: the JSON
+    list of ``[id, token]`` pairs (added tokens included) sorted by id, compact, UTF-8.
+    """
+    tokenizer = _load_tokenizer(tokenizer_json)
+    vocab: dict[str, int] = tokenizer.get_vocab(with_added_tokens=True)
+    pairs = sorted((token_id, token) for token, token_id in vocab.items())
+    blob = json.dumps(pairs, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    size = max((token_id for token_id, _ in pairs), default=-1) + 1
+    return size, hashlib.blake2b(blob, digest_size=8).digest()
+
+
+def load_tokens(
+    path: str | os.PathLike[str],
+    tokens: bool = False,
+    tokenizer: str | os.PathLike[str] | None = None,
+    add_bos: bool | None = None,
+) -> TokenArray:
+    """Read ``path`` as a token file (``tokens=True``) or tokenize it as text with ``tokenizer``.
+
+    With neither, a name ending in ``.bin`` or ``.npy`` is read as a token file; anything
+    else is an error (a ``ValueError`` saying which flag to give).
+    """
+    name = os.fspath(path)
+    if tokens and tokenizer is not None:
+        raise ValueError("give either --tokens or --tokenizer, not both")
+    if tokenizer is not None:
+        return tokenize_file(name, tokenizer, add_bos=add_bos)
+    if tokens or name.lower().endswith(TOKEN_SUFFIXES):
+        if add_bos:
+            raise ValueError("--add-bos applies to text tokenized with --tokenizer; token files are used as they are")
+        return read_tokens(name)
+    if not os.path.exists(name):
+        raise FileNotFoundError(2, "No such file or directory", name)
+    raise ValueError(
+        f"{name}: is this a token file or text? Give --tokens (raw int32 or .npy) or --tokenizer PATH/tokenizer.json"
+    )
