@@ -1,0 +1,35 @@
+"""``python -m perf COMMAND ...``: run, compare, gate, profile, plot (see perf/README.md)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+COMMANDS = {
+    "run": ("perf.run", "run the benchmark suite and store the results"),
+    "compare": ("perf.compare", "compare stored results (ratio table with significance)"),
+    "gate": ("perf.gate", "the CI performance gate"),
+    "profile": ("perf.profile", "profile the replay loop with scalene"),
+    "plot": ("perf.plot", "plot stored results as PNG"),
+    "table": ("perf.table", "the issue-3 table (markdown) from stored results"),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print("usage: python -m perf {" + ",".join(COMMANDS) + "} ...\n")
+        for name, (_, what) in COMMANDS.items():
+            print(f"  {name:<8} {what}")
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"\nunknown command {argv[0]!r}", file=sys.stderr)
+            return 2
+        return 0
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    rc: int = module.main(argv[1:])
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
