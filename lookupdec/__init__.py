@@ -43,6 +43,7 @@ NgramCache = _impl.NgramCache
 draft = _impl.draft
 replay = _impl.replay
 build_static = _impl.build_static
+load_static = _impl.load_static
 NGRAM_MIN: int = _impl.NGRAM_MIN
 NGRAM_MAX: int = _impl.NGRAM_MAX
 NGRAM_STATIC: int = _impl.NGRAM_STATIC
@@ -77,5 +78,6 @@ __all__ = [
     "build_static",
     "draft",
     "implementation",
+    "load_static",
     "replay",
 ]

@@ -18,6 +18,10 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     target = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(target))
     fd, tmp = tempfile.mkstemp(prefix=".lookupdec-", suffix=".tmp", dir=folder)
+    # mkstemp creates the file 0600; give it the mode a plain open() would (0666 less umask).
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
