@@ -132,7 +132,8 @@ class NgramCache:
 
     def contents(self) -> Contents:
         """The canonical form: keys ascending, each with its (token, count) pairs ascending."""
-        return [(key, sorted(part.items())) for key, part in sorted(self._map.items())]
+        store = self._map
+        return [(key, sorted(store[key].items())) for key in sorted(store)]
 
     def __len__(self) -> int:
         """Number of keys."""
