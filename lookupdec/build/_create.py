@@ -1,0 +1,268 @@
+"""``create`` in bounded memory on every core: count shards, spill buckets, reduce, write.
+
+1. **Plan.** The corpora are cut into shards of ``shard_tokens`` ids; each shard carries the
+   last two ids of the shard before it (same corpus). The packed-triple space is cut into
+   buckets (contiguous key ranges, from quantiles of a sample of the corpus) so that each
+   bucket can be reduced within a worker's share of the memory budget.
+2. **Count** (in parallel): each shard is packed, sorted and counted
+   (:func:`~lookupdec.build._count.count_shard`); its sorted run is cut at the bucket
+   boundaries and spilled, one file per shard.
+3. **Reduce** (in parallel): each bucket's runs are merged and turned into its part of the
+   index (:func:`~lookupdec.build._count.reduce_bucket`), spilled, one file per bucket.
+4. **Write**: the slot table, then each section streamed part by part
+   (:func:`~lookupdec.build._write.write_index`).
+
+When the whole corpus fits in the budget, steps 2-3 run in this process with nothing
+spilled. The result depends only on the corpora: byte-identical for any budget and
+worker count.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from lookupdec.build._count import I64, IdCode, Part, count_run, count_shard, merge_runs, part_from_run, reduce_bucket
+from lookupdec.build._sources import Source, id_code
+from lookupdec.build._write import AnyPart, IndexSummary, MemoryPart, StoredPart, write_index
+
+Progress = Callable[[int, int], None]
+Corpus = str | os.PathLike[str] | npt.NDArray[Any]
+
+BYTES_PER_TOKEN = 48
+"""Peak bytes per corpus token while counting a slice in memory (ids, packed triples, counts)."""
+BYTES_PER_ENTRY = 72
+"""Peak bytes per run entry while reducing a bucket (merge order, sums, the part's arrays)."""
+SAMPLE_WINDOWS = 4096
+SAMPLE_WINDOW = 64
+MIN_SHARD = 1 << 16
+
+
+def parse_memory(text: str) -> int:
+    """Bytes of a size such as ``512M``, ``2G``, ``1.5g``, ``800K`` or ``1000000`` (powers of 1024)."""
+    s = text.strip().upper().removesuffix("B")
+    scale = 1
+    if s and s[-1] in "KMGT":
+        scale = 1024 ** ("KMGT".index(s[-1]) + 1)
+        s = s[:-1]
+    try:
+        value = float(s)
+    except ValueError:
+        raise ValueError(f"not a memory size: {text!r} (examples: 512M, 2G, 1.5G)") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"memory size must be positive, got {text!r}")
+    return int(value * scale)
+
+
+def default_memory() -> int:
+    """Default budget: a quarter of the machine's physical memory, at most 4 GiB, at least 256 MiB."""
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - platforms without sysconf
+        ram = 4 << 30
+    return max(256 << 20, min(ram // 4, 4 << 30))
+
+
+def default_workers() -> int:
+    """Every core this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Ids ``start .. stop - 1`` of source ``source``, read from ``max(start - 2, 0)`` (the carry)."""
+
+    source: int
+    start: int
+    stop: int
+
+    def read(self, sources: Sequence[Source]) -> npt.NDArray[Any]:
+        """The shard's ids with the two carried ids in front (none at a corpus's start)."""
+        return sources[self.source].read(max(self.start - 2, 0), self.stop)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a create runs: shards, bucket boundaries (packed values), and whether it spills."""
+
+    sources: list[Source]
+    code: IdCode
+    shards: list[Shard]
+    splitters: I64
+    spill: bool
+
+    @property
+    def n_tokens(self) -> int:
+        """Ids in every corpus together."""
+        return sum(s.length for s in self.sources)
+
+
+def make_plan(sources: list[Source], memory: int, workers: int, code: IdCode | None = None) -> Plan:
+    """Shards and buckets for ``sources`` within ``memory`` bytes shared by ``workers`` processes."""
+    code = code or id_code(sources)
+    n = sum(s.length for s in sources)
+    if n * BYTES_PER_TOKEN <= memory:
+        shards = [Shard(i, 0, s.length) for i, s in enumerate(sources) if s.length > 2]
+        return Plan(sources, code, shards, np.zeros(0, dtype=np.int64), False)
+    per_worker = memory // max(workers, 1)
+    shard_tokens = max(MIN_SHARD, per_worker // BYTES_PER_TOKEN)
+    shards = [
+        Shard(i, start, min(start + shard_tokens, s.length))
+        for i, s in enumerate(sources)
+        for start in range(0, s.length, shard_tokens)
+        if min(start + shard_tokens, s.length) > 2
+    ]
+    n_buckets = max(workers, math.ceil(n * BYTES_PER_ENTRY / max(per_worker, 1)))
+    return Plan(sources, code, shards, sample_splitters(sources, code, n_buckets), True)
+
+
+def sample_splitters(sources: Sequence[Source], code: IdCode, n_buckets: int) -> I64:
+    """Bucket boundaries: quantiles of the keys of windows spread evenly over the corpora."""
+    n = sum(s.length for s in sources)
+    keys: list[I64] = []
+    for src in sources:
+        k = max(1, SAMPLE_WINDOWS * src.length // max(n, 1))
+        for start in np.linspace(0, max(src.length - SAMPLE_WINDOW, 0), k).astype(np.int64).tolist():
+            c = code.encode(src.read(start, min(start + SAMPLE_WINDOW, src.length)))
+            if len(c) >= 2:
+                keys.append((c[:-1] << code.bits) | c[1:])
+    if not keys or n_buckets <= 1:
+        return np.zeros(0, dtype=np.int64)
+    sample = np.sort(np.concatenate(keys))
+    cuts = np.unique(sample[(np.arange(1, n_buckets) * len(sample)) // n_buckets])
+    # A bucket starts at the first triple of its first key: a key never straddles two buckets.
+    result: I64 = cuts[cuts > sample[0]] << code.bits
+    return result
+
+
+# --------------------------------------------------------------------------------------
+# steps run by the workers (module-level so that a process pool can call them)
+
+_STATE: dict[str, Any] = {}
+
+
+def _count_task(args: tuple[int, Shard, str]) -> tuple[int, list[tuple[int, int]]]:
+    """Count one shard and spill its buckets to ``<dir>/s<i>``: returns per-bucket lengths."""
+    i, shard, folder = args
+    plan: Plan = _STATE["plan"]
+    runs = count_shard(shard.read(plan.sources), plan.code, plan.splitters)
+    lengths = []
+    with open(os.path.join(folder, f"s{i}"), "wb") as f:
+        for u, c in runs:
+            f.write(u.astype("<i8").tobytes())
+            f.write(c.astype("<i8").tobytes())
+            lengths.append((len(u), len(c)))
+    return shard.stop - shard.start, lengths
+
+
+def _reduce_task(args: tuple[int, str, list[list[tuple[int, int]]]]) -> StoredPart:
+    """Reduce bucket ``b`` from every shard's spill file; spill its part to ``<dir>/p<b>``."""
+    b, folder, lengths = args
+    plan: Plan = _STATE["plan"]
+    runs = []
+    for i, shard_lengths in enumerate(lengths):
+        offset = 16 * sum(n for n, _ in shard_lengths[:b])
+        n = shard_lengths[b][0]
+        if n == 0:
+            continue
+        path = os.path.join(folder, f"s{i}")
+        u = np.fromfile(path, dtype="<i8", count=n, offset=offset)
+        c = np.fromfile(path, dtype="<i8", count=n, offset=offset + 8 * n)
+        runs.append((u, c))
+    part = reduce_bucket(runs, plan.code)
+    return StoredPart.save(part, os.path.join(folder, f"p{b}"))
+
+
+def _imap(fn: Callable[[Any], Any], tasks: Sequence[Any], workers: int, plan: Plan) -> Iterator[Any]:
+    """``fn`` over ``tasks`` in order: in this process, or a forked pool sharing ``plan``."""
+    _STATE["plan"] = plan
+    if workers <= 1 or len(tasks) <= 1:
+        yield from map(fn, tasks)
+        return
+    methods = multiprocessing.get_all_start_methods()
+    # fork shares the plan (and in-memory corpora) without pickling them.
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    with ctx.Pool(min(workers, len(tasks)), initializer=_set_state, initargs=(plan,)) as pool:
+        yield from pool.imap(fn, tasks)
+
+
+def _set_state(plan: Plan) -> None:
+    _STATE["plan"] = plan
+
+
+# --------------------------------------------------------------------------------------
+
+
+def count_in_memory(plan: Plan, progress: Progress | None = None) -> Part:
+    """Steps 2-3 in this process, nothing spilled: one part for the whole index."""
+    runs = []
+    done = 0
+    for shard in plan.shards:
+        runs.append(count_run(plan.code.encode(shard.read(plan.sources)), plan.code.bits))
+        done += shard.stop - shard.start
+        if progress is not None:
+            progress(done, plan.n_tokens)
+    u, c = merge_runs(runs)
+    del runs
+    return part_from_run(u, c, plan.code)
+
+
+def count_spilled(plan: Plan, folder: str, workers: int, progress: Progress | None = None) -> list[AnyPart]:
+    """Steps 2-3 with spills to ``folder``, ``workers`` processes: the index parts in key order."""
+    n_buckets = len(plan.splitters) + 1
+    lengths: list[list[tuple[int, int]]] = []
+    done = 0
+    total = 2 * plan.n_tokens
+    for n_done, shard_lengths in _imap(_count_task, [(i, s, folder) for i, s in enumerate(plan.shards)], workers, plan):
+        lengths.append(shard_lengths)
+        done += n_done
+        if progress is not None:
+            progress(done, total)
+    parts: list[AnyPart] = []
+    for b, part in enumerate(_imap(_reduce_task, [(b, folder, lengths) for b in range(n_buckets)], workers, plan)):
+        parts.append(part)
+        if progress is not None:
+            progress(plan.n_tokens + plan.n_tokens * (b + 1) // n_buckets, total)
+    return parts
+
+
+def create_index(
+    corpora: Sequence[Corpus],
+    output: str | os.PathLike[str],
+    *,
+    memory: int | None = None,
+    workers: int | None = None,
+    vocab_size: int = 0,
+    vocab_fingerprint: bytes = b"",
+    progress: Progress | None = None,
+    tmpdir: str | os.PathLike[str] | None = None,
+) -> IndexSummary:
+    """Build the lookupdec static index of ``corpora`` into ``output``, within ``memory`` bytes.
+
+    ``corpora`` are raw int32 token files, ``.npy`` files or integer arrays; each is counted
+    on its own (no 2-gram spans two corpora). The file is byte-identical to the one
+    ``lookupdec.formats.write_static`` writes for the same counts, whatever ``memory``
+    (default :func:`default_memory`) and ``workers`` (default: every core). Spills go to
+    a temporary folder under ``tmpdir`` (default: the system's), removed at the end.
+    Counts above ``2**31 - 1`` are clipped; the summary says how many.
+    """
+    memory = default_memory() if memory is None else memory
+    workers = default_workers() if workers is None else max(1, workers)
+    plan = make_plan([Source.open(c) for c in corpora], memory, workers)
+    if not plan.spill:
+        part = count_in_memory(plan, progress)
+        return write_index(output, [MemoryPart(part)], vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
+    with tempfile.TemporaryDirectory(prefix="lookupdec-create-", dir=tmpdir) as folder:
+        parts = count_spilled(plan, folder, workers, progress)
+        return write_index(output, parts, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)

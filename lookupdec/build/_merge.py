@@ -1,0 +1,1 @@
+def merge_indexes(*a, **k): raise NotImplementedError
