@@ -245,14 +245,70 @@ def _key_size(key: Sequence[int]) -> int:
 # subcommands
 
 
+def _budget(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    """``--memory`` in bytes and ``--workers``, checked (None: the defaults of lookupdec.build)."""
+    from lookupdec.build import parse_memory
+
+    memory = None
+    if args.memory is not None:
+        try:
+            memory = parse_memory(args.memory)
+        except ValueError as e:
+            raise UsageError(f"--memory: {e}") from None
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    return memory, args.workers
+
+
+def _warn_saturated(path: str, n: int) -> None:
+    if n:
+        warnings.warn(f"{path}: {n:,} follower counts above 2**31-1 were saturated at 2147483647", stacklevel=2)
+
+
+def _create_index(args: argparse.Namespace, vocab_size: int, fingerprint: bytes) -> int:
+    """``create --format lookupdec``: bounded memory, every core, or a Dask cluster (lookupdec.build)."""
+    from lookupdec import build
+
+    memory, workers = _budget(args)
+    t0 = time.perf_counter()
+    corpora: list[Any] = list(args.corpus)
+    if args.tokenizer is not None:  # text: tokenized in memory, then counted like any corpus
+        corpora = [_load_input_array(args, path) for path in args.corpus]
+    elif args.add_bos:
+        raise UsageError("--add-bos applies to text tokenized with --tokenizer; token files are used as they are")
+    if args.dask is not None:
+        from lookupdec.build.dask import create_index_dask
+
+        run: Any = create_index_dask
+        extra: dict[str, Any] = {"scheduler": args.dask}
+    else:
+        run, extra = build.create_index, {"workers": workers}
+    with progress_bar(_want_progress(args), "create") as progress:
+        summary = run(
+            corpora, args.output, memory=memory, vocab_size=vocab_size, vocab_fingerprint=fingerprint,
+            progress=progress, **extra,
+        )  # fmt: skip
+    _warn_saturated(args.output, summary.saturated)
+    if not args.quiet:
+        n_files = len(args.corpus)
+        print(
+            f"{args.output}: lookupdec static cache, {summary.n_keys:,} 2-grams, {summary.n_entries:,} entries, "
+            f"{_mb(summary.file_size)}, from {n_files} corpus file{'s' if n_files != 1 else ''} "
+            f"in {time.perf_counter() - t0:.2f} s (peak RSS {peak_rss_mb():.0f} MB)"
+        )
+    return EXIT_OK
+
+
+def _load_input_array(args: argparse.Namespace, path: str) -> Any:
+    from lookupdec.tokens import load_tokens
+
+    return load_tokens(path, tokens=args.tokens, tokenizer=args.tokenizer, add_bos=args.add_bos)
+
+
 def cmd_create(args: argparse.Namespace) -> int:
     """``lookupdec create``: build a static cache (llama-lookup-create)."""
-    impl = resolve_impl(args.impl)
     for path in args.corpus:
         _require_file(path, "corpus")
-    t0 = time.perf_counter()
-    corpora = [_load_input(args, path) for path in args.corpus]
-    t_read = time.perf_counter() - t0
     vocab_size, fingerprint = 0, b""
     if args.tokenizer is not None:
         from lookupdec.tokens import vocab_info
@@ -260,6 +316,14 @@ def cmd_create(args: argparse.Namespace) -> int:
         vocab_size, fingerprint = vocab_info(args.tokenizer)
     if args.vocab_size is not None:
         vocab_size = args.vocab_size
+    if args.format == "lookupdec":
+        return _create_index(args, vocab_size, fingerprint)
+    if args.dask is not None:
+        raise UsageError("--dask builds the lookupdec format only; convert with 'lookupdec merge --format ...'")
+    impl = resolve_impl(args.impl)
+    t0 = time.perf_counter()
+    corpora = [_load_input(args, path) for path in args.corpus]
+    t_read = time.perf_counter() - t0
     t0 = time.perf_counter()
     with progress_bar(_want_progress(args), "create") as progress:
         cache = build_static_cache(impl, corpora, progress)
@@ -372,6 +436,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     impl = resolve_impl(args.impl)
     for path in args.inputs:
         _require_file(path, "cache to merge")
+    if args.format == "lookupdec" and _all_indexes(args.inputs):
+        return _merge_indexes(args)
     merged = impl.NgramCache()
     for path in args.inputs:
         merged.merge(impl.NgramCache.load(path))
@@ -381,6 +447,28 @@ def cmd_merge(args: argparse.Namespace) -> int:
             f"{args.output}: {args.format} cache, {len(merged):,} keys, {merged.n_entries:,} entries, "
             f"{_mb(os.path.getsize(args.output))}, merged from {len(args.inputs)} file"
             f"{'s' if len(args.inputs) != 1 else ''}"
+        )
+    return EXIT_OK
+
+
+def _all_indexes(paths: Sequence[str]) -> bool:
+    from lookupdec.formats import detect_format
+
+    return all(detect_format(path) == "lookupdec" for path in paths)
+
+
+def _merge_indexes(args: argparse.Namespace) -> int:
+    """``merge --format lookupdec`` of lookupdec indexes: streamed in bounded memory (lookupdec.build)."""
+    from lookupdec.build import merge_indexes
+
+    memory, _ = _budget(args)
+    summary = merge_indexes(args.inputs, args.output, memory=memory)
+    _warn_saturated(args.output, summary.saturated)
+    if not args.quiet:
+        n = len(args.inputs)
+        print(
+            f"{args.output}: lookupdec cache, {summary.n_keys:,} keys, {summary.n_entries:,} entries, "
+            f"{_mb(summary.file_size)}, merged from {n} file{'s' if n != 1 else ''}"
         )
     return EXIT_OK
 
@@ -542,6 +630,21 @@ def _add_input_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-add-bos", dest="add_bos", action="store_false", help="with --tokenizer: add no special tokens")
 
 
+def _add_budget_options(p: argparse.ArgumentParser, workers: bool = True) -> None:
+    p.add_argument(
+        "--memory", metavar="SIZE",
+        help="memory budget for the lookupdec format, e.g. 512M, 2G (K/M/G; default: a quarter of RAM, at "
+        "most 4G); above it sorted runs spill to a temporary folder ($TMPDIR); the file is the same",
+    )  # fmt: skip
+    if workers:
+        p.add_argument(
+            "--workers", type=int, metavar="N",
+            help="processes counting in parallel (default: every core); the file is the same for any N",
+        )  # fmt: skip
+    else:
+        p.set_defaults(workers=None)
+
+
 def _add_impl_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--impl",
@@ -611,6 +714,8 @@ def build_parser() -> argparse.ArgumentParser:
             lookupdec create enwiki_wt.10M.llama3.bin -o enwiki.lkdc
             lookupdec create a.bin b.npy -o static.bin --format llama      # llama.cpp's own format
             lookupdec create corpus.txt --tokenizer tokenizer.json -o static.lkdc
+            lookupdec create big-*.bin -o big.lkdc --memory 2G --workers 8    # bounded memory
+            lookupdec create big-*.bin -o big.lkdc --dask tcp://scheduler:8786 # on a Dask cluster
             """,
         func=cmd_create,
     )
@@ -622,6 +727,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_input_options(p)
     _add_impl_option(p)
+    _add_budget_options(p)
+    p.add_argument(
+        "--dask", metavar="ADDRESS",
+        help="count on the Dask cluster at ADDRESS (needs 'pip install lookupdec[dask]'; workers must read the "
+        "corpus files at the same paths); same bytes as a local create",
+    )  # fmt: skip
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary line")
 
     p = _add_command(
@@ -676,6 +787,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+", metavar="IN", help="cache files to add together")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="the cache file to write")
     p.add_argument("--format", choices=STATIC_FORMATS, default="llama", help="file format (default: llama)")
+    _add_budget_options(p, workers=False)
     _add_impl_option(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line")
 

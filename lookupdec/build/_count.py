@@ -19,7 +19,7 @@ Dask, Spark or a process pool can run them anywhere and the result is the same.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,7 @@ class IdCode:
 
     @staticmethod
     def for_ids(lo: int, hi: int, distinct: I64 | None = None) -> IdCode:
-        """The code for ids in ``lo .. hi``; ``distinct`` (sorted unique ids) is needed unless ``0 <= lo, hi < 2**21``."""
+        """The code for ids in ``lo .. hi``; needs ``distinct`` (sorted unique ids) unless ``0 <= lo, hi < 2**21``."""
         if lo >= 0 and hi < 2**MAX_BITS:
             return IdCode(max(1, int(hi).bit_length()))
         if distinct is None:
@@ -76,6 +76,25 @@ class IdCode:
         return result
 
 
+def pack_from(read: Callable[[int, int], npt.NDArray[Any]], start: int, stop: int, code: IdCode) -> I64:
+    """Packed triples of positions ``max(start, 2) .. stop - 1`` of a corpus read by ``read(a, b)``.
+
+    Reads and encodes the ids block by block, so only the packed array is held whole.
+    """
+    first = max(start, 2)
+    n = max(stop - first, 0)
+    u = np.empty(n, dtype=np.int64)
+    b = code.bits
+    for s in range(0, n, PACK_BLOCK):
+        e = min(s + PACK_BLOCK, n)
+        c = code.encode(read(first + s - 2, first + e))
+        block = u[s:e]
+        np.left_shift(c[:-2], 2 * b, out=block)
+        block |= c[1:-1] << b
+        block |= c[2:]
+    return u
+
+
 def pack_triples(codes: I64, bits: int) -> I64:
     """Packed triples of every position ``i >= 2`` of ``codes`` (length ``len(codes) - 2``)."""
     n = len(codes) - 2
@@ -89,8 +108,8 @@ def pack_triples(codes: I64, bits: int) -> I64:
     return u
 
 
-def unique_counts(u: I64) -> tuple[I64, I64]:
-    """Distinct values of the sorted ``u`` and how often each occurs."""
+def unique_counts(u: I64) -> tuple[I64, npt.NDArray[Any]]:
+    """Distinct values of the sorted ``u`` and how often each occurs (int32 when that fits)."""
     if len(u) == 0:
         return u, np.zeros(0, dtype=np.int64)
     new = np.empty(len(u), dtype=bool)
@@ -98,13 +117,18 @@ def unique_counts(u: I64) -> tuple[I64, I64]:
     np.not_equal(u[1:], u[:-1], out=new[1:])
     first = np.flatnonzero(new)
     del new
-    counts = np.diff(first, append=len(u))
-    return u[first], counts
+    values = u[first]
+    counts = np.diff(first, append=len(u)).astype(np.int32 if len(u) <= INT32_MAX else np.int64)
+    return values, counts
 
 
 def count_run(codes: I64, bits: int) -> tuple[I64, I64]:
     """The sorted run of (packed triple, count) of one slice of codes (its 2 carried tokens included)."""
-    u = pack_triples(codes, bits)
+    return count_packed(pack_triples(codes, bits))
+
+
+def count_packed(u: I64) -> tuple[I64, I64]:
+    """Sort ``u`` in place and count it: the sorted run of (packed triple, count)."""
     u.sort()
     return unique_counts(u)
 
@@ -154,13 +178,13 @@ class Part:
         return len(self.tokens)
 
 
-def merge_runs(runs: Sequence[tuple[I64, I64]]) -> tuple[I64, I64]:
-    """Add sorted (u, count) runs together: one sorted run with distinct u."""
+def merge_runs(runs: Sequence[tuple[I64, npt.NDArray[Any]]]) -> tuple[I64, npt.NDArray[Any]]:
+    """Add sorted (u, count) runs together: one sorted run with distinct u (counts int64 when summed)."""
     runs = [r for r in runs if len(r[0])]
     if not runs:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     if len(runs) == 1:
-        return runs[0][0], runs[0][1].astype(np.int64, copy=False)
+        return runs[0]
     u = np.concatenate([r[0] for r in runs])
     c = np.concatenate([r[1] for r in runs]).astype(np.int64, copy=False)
     # A stable sort of concatenated sorted runs is a merge (timsort finds the runs).
@@ -182,7 +206,23 @@ def reduce_bucket(runs: Sequence[tuple[I64, I64]], code: IdCode) -> Part:
     return part_from_run(u, c, code)
 
 
-def part_from_run(u: I64, c: I64, code: IdCode) -> Part:
+def parts_from_run(u: I64, c: npt.NDArray[Any], code: IdCode, entries: int = 1 << 20) -> list[Part]:
+    """:func:`part_from_run` in slices of about ``entries`` entries cut at key boundaries.
+
+    The same index (the writer joins the parts); the temporaries stay the size of a slice.
+    """
+    parts = []
+    start = 0
+    while start < len(u):
+        stop = min(start + entries, len(u))
+        if stop < len(u):
+            stop = int(np.searchsorted(u, ((int(u[stop - 1]) >> code.bits) + 1) << code.bits))
+        parts.append(part_from_run(u[start:stop], c[start:stop], code))
+        start = stop
+    return parts
+
+
+def part_from_run(u: I64, c: npt.NDArray[Any], code: IdCode) -> Part:
     """The index part of a sorted run of distinct packed triples with their counts."""
     bits = code.bits
     mask = (1 << bits) - 1
@@ -201,13 +241,13 @@ def part_from_run(u: I64, c: I64, code: IdCode) -> Part:
     keys = (t0 << 32) | (t1 & 0xFFFFFFFF)
     del t0, t1
     tokens = code.decode(u & mask).astype(np.int32)
-    saturated = int(np.count_nonzero(c > INT32_MAX))
+    saturated = int(np.count_nonzero(c > INT32_MAX)) if c.dtype != np.int32 else 0
     if saturated:
         c = np.minimum(c, INT32_MAX)
-    counts = c.astype(np.int32)
+    counts = c.astype(np.int32, copy=False)
     starts = np.append(first, n).astype(np.int64)
     picks = compute_picks(first, c, tokens)
-    return Part(keys, starts, picks, tokens, counts, int(c.sum()), saturated)
+    return Part(keys, starts, picks, tokens, counts, int(c.sum(dtype=np.int64)), saturated)
 
 
 def compute_picks(first: I64, c: I64, tokens: I32) -> I32:
@@ -217,11 +257,14 @@ def compute_picks(first: I64, c: I64, tokens: I32) -> I32:
     if len(first) == 0:
         return np.zeros(0, dtype=np.int32)
     c = c.astype(np.int64, copy=False)
-    maxc = np.maximum.reduceat(c, first)
+    # One maximum per key over (count << 32 | 0x7FFFFFFF - token): the largest count, and
+    # among equal counts the smallest token (the low word is in 0 .. 2**32 - 1 for any int32).
+    v = c << 32
+    v |= np.int64(0x7FFFFFFF) - tokens
+    best = np.maximum.reduceat(v, first)
+    del v
+    maxc = best >> 32
+    pick = np.int64(0x7FFFFFFF) - (best & 0xFFFFFFFF)
     sums = np.add.reduceat(c, first)
-    lens = np.diff(first, append=len(c))
-    # Followers ascend by id, so the first follower reaching the maximum is the smallest id.
-    hit = np.flatnonzero(c == np.repeat(maxc, lens))
-    best = hit[np.searchsorted(hit, first)]
     ok = (sums >= 2) & (100 * maxc >= 50 * sums)
-    return np.where(ok, tokens[best], -1).astype(np.int32)
+    return np.where(ok, pick, -1).astype(np.int32)

@@ -30,7 +30,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lookupdec.build._count import I64, IdCode, Part, count_run, count_shard, merge_runs, part_from_run, reduce_bucket
+from lookupdec.build._count import (
+    I64,
+    IdCode,
+    Part,
+    count_packed,
+    count_shard,
+    merge_runs,
+    pack_from,
+    parts_from_run,
+    reduce_bucket,
+)
 from lookupdec.build._sources import Source, id_code
 from lookupdec.build._write import AnyPart, IndexSummary, MemoryPart, StoredPart, write_index
 
@@ -43,7 +53,7 @@ BYTES_PER_ENTRY = 72
 """Peak bytes per run entry while reducing a bucket (merge order, sums, the part's arrays)."""
 SAMPLE_WINDOWS = 4096
 SAMPLE_WINDOW = 64
-MIN_SHARD = 1 << 16
+MIN_SHARD = 1 << 12
 
 
 def parse_memory(text: str) -> int:
@@ -108,11 +118,16 @@ class Plan:
         return sum(s.length for s in self.sources)
 
 
-def make_plan(sources: list[Source], memory: int, workers: int, code: IdCode | None = None) -> Plan:
-    """Shards and buckets for ``sources`` within ``memory`` bytes shared by ``workers`` processes."""
+def make_plan(
+    sources: list[Source], memory: int, workers: int, *, force_spill: bool = False, code: IdCode | None = None
+) -> Plan:
+    """Shards and buckets for ``sources`` within ``memory`` bytes shared by ``workers`` processes.
+
+    Nothing spills when everything fits in ``memory`` (unless ``force_spill``, for a cluster).
+    """
     code = code or id_code(sources)
     n = sum(s.length for s in sources)
-    if n * BYTES_PER_TOKEN <= memory:
+    if n * BYTES_PER_TOKEN <= memory and not force_spill:
         shards = [Shard(i, 0, s.length) for i, s in enumerate(sources) if s.length > 2]
         return Plan(sources, code, shards, np.zeros(0, dtype=np.int64), False)
     per_worker = memory // max(workers, 1)
@@ -204,18 +219,18 @@ def _set_state(plan: Plan) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def count_in_memory(plan: Plan, progress: Progress | None = None) -> Part:
-    """Steps 2-3 in this process, nothing spilled: one part for the whole index."""
+def count_in_memory(plan: Plan, progress: Progress | None = None) -> list[Part]:
+    """Steps 2-3 in this process, nothing spilled: the index parts in key order."""
     runs = []
     done = 0
     for shard in plan.shards:
-        runs.append(count_run(plan.code.encode(shard.read(plan.sources)), plan.code.bits))
+        runs.append(count_packed(pack_from(plan.sources[shard.source].read, shard.start, shard.stop, plan.code)))
         done += shard.stop - shard.start
         if progress is not None:
             progress(done, plan.n_tokens)
     u, c = merge_runs(runs)
     del runs
-    return part_from_run(u, c, plan.code)
+    return parts_from_run(u, c, plan.code)
 
 
 def count_spilled(plan: Plan, folder: str, workers: int, progress: Progress | None = None) -> list[AnyPart]:
@@ -261,8 +276,8 @@ def create_index(
     workers = default_workers() if workers is None else max(1, workers)
     plan = make_plan([Source.open(c) for c in corpora], memory, workers)
     if not plan.spill:
-        part = count_in_memory(plan, progress)
-        return write_index(output, [MemoryPart(part)], vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
-    with tempfile.TemporaryDirectory(prefix="lookupdec-create-", dir=tmpdir) as folder:
-        parts = count_spilled(plan, folder, workers, progress)
+        parts: list[AnyPart] = [MemoryPart(p) for p in count_in_memory(plan, progress)]
         return write_index(output, parts, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
+    with tempfile.TemporaryDirectory(prefix="lookupdec-create-", dir=tmpdir) as folder:
+        stored = count_spilled(plan, folder, workers, progress)
+        return write_index(output, stored, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)

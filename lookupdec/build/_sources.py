@@ -71,7 +71,7 @@ class Source:
                 bad = int(np.flatnonzero((block < -(2**31)) | (block > 2**31 - 1))[0])
                 raise TokenFileError(
                     self.name,
-                    f"token id {int(block[bad])} (element {s + bad}) is outside the int32 range of a llama.cpp token id",
+                    f"token id {int(block[bad])} (element {s + bad}) is outside the int32 range of a token id",
                     self.offset + (s + bad) * np.dtype(self.dtype).itemsize,
                 )
             lo, hi = (bl, bh) if hi < lo else (min(lo, bl), max(hi, bh))

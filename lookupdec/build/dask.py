@@ -1,0 +1,124 @@
+"""Sharded create on a Dask cluster (``pip install 'lookupdec[dask]'``).
+
+The cluster runs the same two plain functions as a local create: one
+:func:`~lookupdec.build.count_shard` per shard (each shard reads its own slice of a corpus
+file, with the two ids before it as carry), then one
+:func:`~lookupdec.build.reduce_bucket` per bucket (a contiguous key range). This process
+collects the parts in key order, spills them to a temporary folder, and writes the index
+with :func:`~lookupdec.build.write_index`: the same bytes as a local create.
+
+Corpus files must be readable at the same path on every worker (a shared filesystem);
+corpora given as arrays are sent with their shards. A worker that dies mid-job has its
+tasks recomputed by Dask; if the job fails anyway, :class:`BuildError` is raised and no
+output is written (the index is written atomically, at the end).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from operator import itemgetter
+from typing import Any
+
+from lookupdec.build._count import I64, IdCode, Part, count_shard, reduce_bucket
+from lookupdec.build._create import Corpus, Progress, Shard, default_memory, make_plan
+from lookupdec.build._sources import Source
+from lookupdec.build._write import AnyPart, IndexSummary, StoredPart, write_index
+from lookupdec.errors import LookupdecError
+
+
+class BuildError(LookupdecError):
+    """A distributed build failed (the cluster, not the input); nothing was written."""
+
+
+def _client(scheduler: Any) -> tuple[Any, bool]:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise BuildError("--dask needs the dask extra: pip install 'lookupdec[dask]'") from None
+    if isinstance(scheduler, Client):
+        return scheduler, False
+    try:
+        # Through Any: distributed is untyped, and may be absent when mypy runs.
+        make: Any = Client
+        return make(scheduler, timeout="30s"), True
+    except OSError as e:
+        raise BuildError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
+
+
+def shard_task(source: Source, shard: Shard, code: IdCode, splitters: I64) -> list[tuple[I64, I64]]:
+    """Count one shard on a worker (reads the shard's slice of ``source``): per-bucket runs."""
+    return count_shard(source.read(max(shard.start - 2, 0), shard.stop), code, splitters)
+
+
+def bucket_task(code: IdCode, *runs: tuple[I64, I64]) -> Part:
+    """Reduce one bucket on a worker from its runs of every shard."""
+    return reduce_bucket(runs, code)
+
+
+def _shard_source(src: Source, shard: Shard) -> tuple[Source, Shard]:
+    """What to ship for ``shard``: a file source as is, an array source cut to the shard."""
+    if src.array is None:
+        return src, shard
+    lo = max(shard.start - 2, 0)
+    piece = src.array[lo : shard.stop].copy()
+    return Source(src.name, len(piece), array=piece), Shard(shard.source, shard.start - lo, shard.stop - lo)
+
+
+def create_index_dask(
+    corpora: Sequence[Corpus],
+    output: str | os.PathLike[str],
+    *,
+    scheduler: Any,
+    memory: int | None = None,
+    vocab_size: int = 0,
+    vocab_fingerprint: bytes = b"",
+    progress: Progress | None = None,
+    tmpdir: str | os.PathLike[str] | None = None,
+) -> IndexSummary:
+    """:func:`~lookupdec.build.create_index` with the counting on a Dask cluster.
+
+    ``scheduler`` is an address (``tcp://host:8786``) or a ``distributed.Client``;
+    ``memory`` is the budget of one worker task (default :func:`default_memory`): shards
+    and buckets are cut so that each task stays within it.
+    """
+    client, own = _client(scheduler)
+    try:
+        import distributed
+
+        as_completed: Any = distributed.as_completed
+
+        sources = [Source.open(c) for c in corpora]
+        plan = make_plan(sources, default_memory() if memory is None else memory, 1, force_spill=True)
+        code, splitters = plan.code, plan.splitters
+        n_buckets = len(splitters) + 1
+        shard_futures = []
+        for shard in plan.shards:
+            src, local = _shard_source(sources[shard.source], shard)
+            shard_futures.append(client.submit(shard_task, src, local, code, splitters, pure=False))
+        bucket_futures = []
+        for b in range(n_buckets):
+            pieces = [client.submit(itemgetter(b), f, pure=False) for f in shard_futures]
+            bucket_futures.append(client.submit(bucket_task, code, *pieces, pure=False))
+        del shard_futures
+        with tempfile.TemporaryDirectory(prefix="lookupdec-dask-", dir=tmpdir) as folder:
+            index = {f.key: b for b, f in enumerate(bucket_futures)}
+            parts: dict[int, AnyPart] = {}
+            try:
+                for future in as_completed(bucket_futures):
+                    b = index[future.key]
+                    parts[b] = StoredPart.save(future.result(), os.path.join(folder, f"p{b}"))
+                    future.release()
+                    if progress is not None:
+                        progress(len(parts), n_buckets)
+            except LookupdecError:
+                raise
+            except Exception as e:  # KilledWorker, CommClosedError, a worker's MemoryError, ...
+                raise BuildError(f"the Dask job failed ({type(e).__name__}: {e}); {output} was not written") from e
+            return write_index(
+                output, [parts[b] for b in range(n_buckets)], vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint
+            )
+    finally:
+        if own:
+            client.close()

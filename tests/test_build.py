@@ -1,0 +1,244 @@
+"""lookupdec.build: bounded-memory, multi-process create and streaming merge of static indexes.
+
+Expected files come from independent writers: ``lookupdec.formats.write_static`` fed with
+counts made here by ``collections.Counter`` (or by the fast implementation's NgramCache on
+real data), never from the code under test.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lookupdec import build, formats
+from lookupdec.cli import main
+from lookupdec.errors import CacheFormatError, TokenFileError
+
+from .conftest import SHARED_DATA, fast_or_skip
+
+DEMO = Path(__file__).resolve().parent.parent / "lookupdec" / "data" / "enwiki_wt.demo.llama3.bin"
+
+
+def counted(corpora: list[list[int]]) -> dict[tuple[int, int, int, int], dict[int, int]]:
+    """Static contents by plain counting: every (t[i-2], t[i-1]) -> t[i], corpus by corpus."""
+    triples: Counter[tuple[int, int, int]] = Counter()
+    for toks in corpora:
+        for i in range(2, len(toks)):
+            triples[(toks[i - 2], toks[i - 1], toks[i])] += 1
+    contents: dict[tuple[int, int, int, int], dict[int, int]] = {}
+    for (a, b, c), n in triples.items():
+        contents.setdefault((a, b, -1, -1), {})[c] = n
+    return contents
+
+
+def expected_bytes(tmp_path: Path, corpora: list[list[int]]) -> bytes:
+    path = tmp_path / "expected.lkdc"
+    formats.write_static(counted(corpora).items(), path, "lookupdec")
+    return path.read_bytes()
+
+
+def write_corpora(tmp_path: Path, corpora: list[list[int]], suffix: str = ".bin") -> list[str]:
+    paths = []
+    for i, toks in enumerate(corpora):
+        p = tmp_path / f"c{i}{suffix}"
+        arr = np.array(toks, dtype="<i4")
+        if suffix == ".npy":
+            np.save(p, arr.astype(np.int64))
+        else:
+            arr.tofile(p)
+        paths.append(str(p))
+    return paths
+
+
+def random_corpora(seed: int, lo: int, hi: int, sizes: list[int]) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    # A small alphabet makes repeated 2-grams and followers, so counts and picks are exercised.
+    alphabet = rng.integers(lo, hi, size=40)
+    return [alphabet[rng.integers(0, 40, size=n)].tolist() for n in sizes]
+
+
+# Budgets: everything in memory; a few KB (many shards and buckets spilled).
+BUDGETS = [None, 20_000, 3_000]
+
+
+@pytest.mark.parametrize("memory", BUDGETS)
+@pytest.mark.parametrize(
+    ("lo", "hi"),
+    [(0, 50_000), (-(2**31), 2**31 - 1), (2**21 - 20, 2**21 + 20)],
+    ids=["vocab", "any-int32", "past-21-bits"],
+)
+def test_create_matches_independent_writer(tmp_path: Path, memory: int | None, lo: int, hi: int) -> None:
+    corpora = random_corpora(7, lo, hi, [3000, 1, 2, 3, 0, 1500])
+    paths = write_corpora(tmp_path, corpora)
+    out = tmp_path / "out.lkdc"
+    summary = build.create_index(paths, out, memory=memory, workers=1)
+    assert out.read_bytes() == expected_bytes(tmp_path, corpora)
+    assert summary.total_count == sum(max(len(c) - 2, 0) for c in corpora)
+    assert summary.saturated == 0
+
+
+def test_create_same_bytes_for_any_workers_and_budget(tmp_path: Path) -> None:
+    corpora = random_corpora(3, 0, 128_000, [20_000, 7_000])
+    paths = write_corpora(tmp_path, corpora)
+    want = expected_bytes(tmp_path, corpora)
+    # 200 KB over 2 workers: 7 shards of 4096 ids, 19 buckets; 100 KB over 3: 40 buckets.
+    for memory, workers in [(None, 2), (200_000, 2), (100_000, 3)]:
+        out = tmp_path / f"out-{memory}-{workers}.lkdc"
+        build.create_index(paths, out, memory=memory, workers=workers)
+        assert out.read_bytes() == want, (memory, workers)
+
+
+def test_create_reads_npy_and_arrays(tmp_path: Path) -> None:
+    corpora = random_corpora(5, 0, 1000, [500, 800])
+    want = expected_bytes(tmp_path, corpora)
+    npy = write_corpora(tmp_path, corpora, ".npy")
+    build.create_index(npy, tmp_path / "a.lkdc", memory=4_000)
+    build.create_index([np.array(c, dtype=np.int32) for c in corpora], tmp_path / "b.lkdc")
+    assert (tmp_path / "a.lkdc").read_bytes() == want
+    assert (tmp_path / "b.lkdc").read_bytes() == want
+
+
+def test_create_empty_corpus_writes_empty_index(tmp_path: Path) -> None:
+    paths = write_corpora(tmp_path, [[], [5, 6]])
+    build.create_index(paths, tmp_path / "e.lkdc")
+    assert (tmp_path / "e.lkdc").read_bytes() == expected_bytes(tmp_path, [])
+    assert (tmp_path / "e.lkdc").stat().st_size == 112
+
+
+def test_create_demo_matches_fast_builder(tmp_path: Path) -> None:
+    """The demo corpus: the same bytes as the fast implementation's NgramCache + write_static."""
+    fast = fast_or_skip()
+    from lookupdec.cli import build_static_cache
+
+    tokens = np.fromfile(DEMO, dtype="<i4")[:60_000]
+    corpus = tmp_path / "demo-slice.bin"
+    tokens.tofile(corpus)
+    cache = build_static_cache(fast, [tokens.tolist()])
+    formats.write_static(cache.items(), tmp_path / "old.lkdc", "lookupdec")
+    for memory, workers in [(None, 1), (400_000, 2)]:
+        build.create_index([corpus], tmp_path / "new.lkdc", memory=memory, workers=workers)
+        assert (tmp_path / "new.lkdc").read_bytes() == (tmp_path / "old.lkdc").read_bytes()
+
+
+@pytest.mark.slow
+def test_create_real_slice_matches_fast_builder(tmp_path: Path) -> None:
+    """A 1M-token slice of enwiki_wt.10M, with budgets that spill dozens of buckets."""
+    fast = fast_or_skip()
+    from lookupdec.cli import build_static_cache
+
+    src = SHARED_DATA / "enwiki_wt.10M.llama3.bin"
+    if not src.exists():
+        pytest.skip(f"{src} is not here")
+    tokens = np.fromfile(src, dtype="<i4")[:1_000_000]
+    corpus = tmp_path / "slice.bin"
+    tokens.tofile(corpus)
+    cache = build_static_cache(fast, [tokens.tolist()])
+    formats.write_static(cache.items(), tmp_path / "old.lkdc", "lookupdec")
+    want = (tmp_path / "old.lkdc").read_bytes()
+    for memory, workers in [(None, 2), (2_000_000, 2), (500_000, 1)]:
+        build.create_index([corpus], tmp_path / "new.lkdc", memory=memory, workers=workers)
+        assert (tmp_path / "new.lkdc").read_bytes() == want, (memory, workers)
+
+
+def test_bad_token_file_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"\x01\x00\x00\x00\x02\x00")
+    with pytest.raises(TokenFileError, match=r"bad\.bin"):
+        build.create_index([bad], tmp_path / "out.lkdc")
+    assert not (tmp_path / "out.lkdc").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("512M", 512 << 20), ("2G", 2 << 30), ("1.5g", 3 << 29), ("800K", 800 << 10), ("1000", 1000)]
+)
+def test_parse_memory(text: str, value: int) -> None:
+    assert build.parse_memory(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-1G", "0", "nan"])
+def test_parse_memory_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="memory"):
+        build.parse_memory(text)
+
+
+# --------------------------------------------------------------------------------------
+# merge of static indexes
+
+
+def _indexes(tmp_path: Path, corpora: list[list[int]]) -> list[str]:
+    paths = []
+    for i, c in enumerate(corpora):
+        p = tmp_path / f"in{i}.lkdc"
+        formats.write_static(counted([c]).items(), p, "lookupdec")
+        paths.append(str(p))
+    return paths
+
+
+@pytest.mark.parametrize("memory", [None, 30_000, 5_000])
+def test_merge_indexes_matches_counting_everything(tmp_path: Path, memory: int | None) -> None:
+    corpora = random_corpora(11, -5, 200, [2000, 10, 3000])
+    inputs = _indexes(tmp_path, corpora)
+    build.merge_indexes(inputs, tmp_path / "m.lkdc", memory=memory)
+    assert (tmp_path / "m.lkdc").read_bytes() == expected_bytes(tmp_path, corpora)
+
+
+def test_merge_corrupt_input_writes_nothing(tmp_path: Path) -> None:
+    inputs = _indexes(tmp_path, random_corpora(2, 0, 50, [300, 300]))
+    data = bytearray(Path(inputs[1]).read_bytes())
+    data[-3] ^= 0x40
+    Path(inputs[1]).write_bytes(bytes(data))
+    with pytest.raises(CacheFormatError, match=r"in1\.lkdc"):
+        build.merge_indexes(inputs, tmp_path / "m.lkdc")
+    assert not (tmp_path / "m.lkdc").exists()
+
+
+def test_merge_saturates_counts_past_int32(tmp_path: Path) -> None:
+    big = 2**31 - 10
+    for name in ("a", "b"):
+        formats.write_static([((1, 2, -1, -1), {3: big, 4: 5})], tmp_path / f"{name}.lkdc", "lookupdec")
+    summary = build.merge_indexes([tmp_path / "a.lkdc", tmp_path / "b.lkdc"], tmp_path / "m.lkdc")
+    assert summary.saturated == 1
+    assert list(formats.read_as_contents(tmp_path / "m.lkdc")) == [((1, 2, -1, -1), [(3, 2**31 - 1), (4, 10)])]
+
+
+# --------------------------------------------------------------------------------------
+# command line
+
+
+def test_cli_create_memory_and_workers_same_file(tmp_path: Path, capsys: Any) -> None:
+    a, b = str(tmp_path / "a.lkdc"), str(tmp_path / "b.lkdc")
+    assert main(["create", str(DEMO), "-o", a, "-q"]) == 0
+    assert main(["create", str(DEMO), "-o", b, "-q", "--memory", "4M", "--workers", "2"]) == 0
+    assert Path(a).read_bytes() == Path(b).read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"), [("--memory", "lots", "--memory"), ("--workers", "0", "--workers")]
+)
+def test_cli_create_bad_budget(tmp_path: Path, capsys: Any, flag: str, value: str, message: str) -> None:
+    code = main(["create", str(DEMO), "-o", str(tmp_path / "x.lkdc"), flag, value])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("lookupdec: error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "x.lkdc").exists()
+
+
+def test_cli_merge_streams_indexes_and_warns_once(tmp_path: Path, capsys: Any) -> None:
+    big = 2**31 - 10
+    for name in ("a", "b"):
+        formats.write_static([((1, 2, -1, -1), {3: big}), ((5, 6, -1, -1), {7: big})], tmp_path / f"{name}.lkdc")
+    out = str(tmp_path / "m.lkdc")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        code = main(["merge", str(tmp_path / "a.lkdc"), str(tmp_path / "b.lkdc"), "-o", out, "--format", "lookupdec"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert err.count("warning") == 1 and "m.lkdc" in err and "saturated" in err
+    assert dict(formats.read_as_contents(out))[(1, 2, -1, -1)] == [(3, 2**31 - 1)]
+    assert os.path.getsize(out) > 0
