@@ -634,7 +634,7 @@ def _add_budget_options(p: argparse.ArgumentParser, workers: bool = True) -> Non
     p.add_argument(
         "--memory", metavar="SIZE",
         help="memory budget for the lookupdec format, e.g. 512M, 2G (K/M/G; default: a quarter of RAM, at "
-        "most 4G); above it sorted runs spill to a temporary folder ($TMPDIR); the file is the same",
+        "most 2G); above it sorted runs spill to a temporary folder ($TMPDIR); the file is the same",
     )  # fmt: skip
     if workers:
         p.add_argument(

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import struct
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -111,6 +113,62 @@ def fill_slots(parts: Sequence[AnyPart], n_slots: int) -> Any:
     return slots
 
 
+class _Sink:
+    """Writes and hashes the body in two background threads, so both overlap with the numpy work.
+
+    hashlib and file writes release the GIL on large buffers; queues of a few blocks keep
+    the memory in flight bounded. :meth:`digest` waits for both threads.
+    """
+
+    DEPTH = 4
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.hasher = hashlib.blake2b(digest_size=8)
+        self.queues: list[queue.Queue[bytes | None]] = [queue.Queue(self.DEPTH), queue.Queue(self.DEPTH)]
+        self.errors: list[BaseException] = []
+        self.threads = [
+            threading.Thread(target=self._run, args=(self.queues[0], f.write), daemon=True),
+            threading.Thread(target=self._run, args=(self.queues[1], self.hasher.update), daemon=True),
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _run(self, q: queue.Queue[bytes | None], consume: Callable[[bytes], object]) -> None:
+        while (data := q.get()) is not None:
+            if not self.errors:
+                try:
+                    consume(data)
+                except BaseException as e:  # re-raised by the main thread in _join
+                    self.errors.append(e)
+
+    def put(self, data: bytes, hash: bool = True) -> None:
+        """Write ``data`` next (and hash it, unless ``hash`` is false)."""
+        if self.errors:
+            raise self.errors[0]
+        self.queues[0].put(data)
+        if hash:
+            self.queues[1].put(data)
+
+    def _join(self) -> None:
+        for q, t in zip(self.queues, self.threads, strict=True):
+            if t.is_alive():
+                q.put(None)
+                t.join()
+        if self.errors:
+            raise self.errors[0]
+
+    def digest(self) -> bytes:
+        """The checksum of everything put with ``hash``, once it is all written."""
+        self._join()
+        return self.hasher.digest()
+
+    def __enter__(self) -> _Sink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._join()
+
+
 def write_index(
     path: str | os.PathLike[str], parts: Sequence[AnyPart], *, vocab_size: int = 0, vocab_fingerprint: bytes = b""
 ) -> IndexSummary:
@@ -122,21 +180,19 @@ def write_index(
     total = sum(p.total for p in parts)
     n_slots = n_slots_for(n_keys)
     slots = fill_slots(parts, n_slots)
-    hasher = hashlib.blake2b(digest_size=8)
     pos = INDEX_HEADER_SIZE
-    with atomic_writer(path) as f:
+    with atomic_writer(path) as f, _Sink(f) as sink:
 
         def put(data: bytes) -> None:
             nonlocal pos
-            f.write(data)
-            hasher.update(data)
+            sink.put(data)
             pos += len(data)
 
         def pad() -> None:
             if pos % 8:
                 put(bytes(8 - pos % 8))
 
-        f.write(bytes(INDEX_HEADER_SIZE))
+        sink.put(bytes(INDEX_HEADER_SIZE), hash=False)
         for s in range(0, n_slots, SLOT_PIECE):
             put(_probe.slots_bytes(slots, s, min(s + SLOT_PIECE, n_slots)))
         del slots
@@ -155,7 +211,7 @@ def write_index(
                 put(p.section(name).astype("<i4").tobytes())
         header = HEADER.pack(
             MAGIC_LOOKUPDEC, INDEX_VERSION, INDEX_HEADER_SIZE, 2, 0, n_keys, n_entries, n_slots, vocab_size,
-            vocab_fingerprint or bytes(8), total, pos, hasher.digest(), 0,
+            vocab_fingerprint or bytes(8), total, pos, sink.digest(), 0,
         )  # fmt: skip
         f.seek(0)
         f.write(header)
