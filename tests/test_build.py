@@ -242,3 +242,19 @@ def test_cli_merge_streams_indexes_and_warns_once(tmp_path: Path, capsys: Any) -
     assert err.count("warning") == 1 and "m.lkdc" in err and "saturated" in err
     assert dict(formats.read_as_contents(out))[(1, 2, -1, -1)] == [(3, 2**31 - 1)]
     assert os.path.getsize(out) > 0
+
+
+def test_plain_functions_as_another_engine_calls_them(tmp_path: Path) -> None:
+    """docs/building.md's Spark recipe, with Python's map and a dict for the shuffle."""
+    corpora = random_corpora(13, 0, 3000, [5000, 3000])
+    paths = write_corpora(tmp_path, corpora)
+    plan = build.make_plan([build.Source.open(p) for p in paths], memory=40_000, workers=1, force_spill=True)
+    assert len(plan.shards) > 2 and len(plan.splitters) > 2
+    grouped: dict[int, list[Any]] = {}
+    for shard in reversed(plan.shards):  # any order: the reduce adds the runs up
+        for b, run in enumerate(build.count_shard(shard.read(plan.sources), plan.code, plan.splitters)):
+            grouped.setdefault(b, []).append(run)
+    parts = [build.reduce_bucket(grouped[b], plan.code) for b in sorted(grouped)]
+    stored = [build.StoredPart.save(p, str(tmp_path / f"part-{b}")) for b, p in enumerate(parts)]
+    build.write_index(tmp_path / "out.lkdc", stored)
+    assert (tmp_path / "out.lkdc").read_bytes() == expected_bytes(tmp_path, corpora)
