@@ -36,6 +36,10 @@ PACK_BLOCK = 1 << 20
 """Triples packed per numpy call: keeps the int64 temporaries of packing small."""
 
 
+class IdsOutOfRange(ValueError):
+    """An id does not fit the identity code in use: the plan must scan the corpus for its ids."""
+
+
 class TooManyIdsError(ValueError):
     """The corpus has more than ``2**21`` distinct token ids: triples do not fit in an int64."""
 
@@ -63,8 +67,11 @@ class IdCode:
         return IdCode(max(1, (len(distinct) - 1).bit_length()), distinct.astype(np.int64))
 
     def encode(self, ids: npt.NDArray[Any]) -> I64:
-        """Codes of ``ids`` (int64)."""
+        """Codes of ``ids`` (int64); :class:`IdsOutOfRange` if the identity code does not cover them."""
         if self.table is None:
+            # Checked on every block: a plan may assume 2**21 ids without scanning the corpus first.
+            if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >> self.bits):
+                raise IdsOutOfRange(f"ids outside 0 .. 2**{self.bits} - 1")
             return ids.astype(np.int64)
         return np.searchsorted(self.table, ids).astype(np.int64)
 

@@ -32,7 +32,9 @@ import numpy.typing as npt
 
 from lookupdec.build._count import (
     I64,
+    MAX_BITS,
     IdCode,
+    IdsOutOfRange,
     Part,
     count_packed,
     count_shard,
@@ -128,6 +130,9 @@ def make_plan(
     """Shards and buckets for ``sources`` within ``memory`` bytes shared by ``workers`` processes.
 
     Nothing spills when everything fits in ``memory`` (unless ``force_spill``, for a cluster).
+    ``code`` defaults to the one :func:`~lookupdec.build._sources.id_code` finds by reading
+    every id once; :func:`create_index` passes ``IdCode(21)`` instead and falls back to the
+    scan only if a count meets an id outside ``0 .. 2**21 - 1``.
     """
     code = code or id_code(sources)
     n = sum(s.length for s in sources)
@@ -276,9 +281,27 @@ def create_index(
     a temporary folder under ``tmpdir`` (default: the system's), removed at the end.
     Counts above ``2**31 - 1`` are clipped; the summary says how many.
     """
+    kw: dict[str, Any] = {"vocab_size": vocab_size, "vocab_fingerprint": vocab_fingerprint, "progress": progress}
     memory = default_memory() if memory is None else memory
     workers = default_workers() if workers is None else max(1, workers)
-    plan = make_plan([Source.open(c) for c in corpora], memory, workers)
+    sources = [Source.open(c) for c in corpora]
+    try:
+        # Every real vocabulary fits 21 bits: count without reading the corpus for its ids first.
+        return _create(make_plan(sources, memory, workers, code=IdCode(MAX_BITS)), output, workers, tmpdir, **kw)
+    except IdsOutOfRange:
+        return _create(make_plan(sources, memory, workers), output, workers, tmpdir, **kw)
+
+
+def _create(
+    plan: Plan,
+    output: str | os.PathLike[str],
+    workers: int,
+    tmpdir: str | os.PathLike[str] | None,
+    *,
+    vocab_size: int,
+    vocab_fingerprint: bytes,
+    progress: Progress | None,
+) -> IndexSummary:
     if not plan.spill:
         parts: list[AnyPart] = [MemoryPart(p) for p in count_in_memory(plan, progress)]
         return write_index(output, parts, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
