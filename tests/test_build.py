@@ -258,3 +258,23 @@ def test_plain_functions_as_another_engine_calls_them(tmp_path: Path) -> None:
     stored = [build.StoredPart.save(p, str(tmp_path / f"part-{b}")) for b, p in enumerate(parts)]
     build.write_index(tmp_path / "out.lkdc", stored)
     assert (tmp_path / "out.lkdc").read_bytes() == expected_bytes(tmp_path, corpora)
+
+
+@pytest.mark.parametrize("bits", [17, 21, 3])
+def test_merge_runs_adds_counts_of_any_size(bits: int) -> None:
+    """Counts too big for the bits left beside a packed triple take the general path, exactly."""
+    from lookupdec.build._count import merge_runs
+
+    rng = np.random.default_rng(bits)
+    runs = []
+    want: Counter[int] = Counter()
+    for _ in range(4):
+        u = np.unique(rng.integers(0, min(2 ** (3 * bits), 5000), size=300)).astype(np.int64)
+        c = rng.integers(1, 5, size=len(u)).astype(np.int64)
+        c[rng.integers(0, len(u), size=10)] = rng.integers(4000, 2**40, size=10)  # past 12 bits
+        runs.append((u, c))
+        for a, n in zip(u.tolist(), c.tolist(), strict=True):
+            want[a] += n
+    u, c = merge_runs(runs, bits)
+    assert u.tolist() == sorted(want)
+    assert c.tolist() == [want[a] for a in sorted(want)]

@@ -22,7 +22,9 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +34,7 @@ import numpy.typing as npt
 
 from lookupdec.build._count import (
     I64,
-    MAX_BITS,
+    GUESS_BITS,
     IdCode,
     IdsOutOfRange,
     Part,
@@ -131,8 +133,8 @@ def make_plan(
 
     Nothing spills when everything fits in ``memory`` (unless ``force_spill``, for a cluster).
     ``code`` defaults to the one :func:`~lookupdec.build._sources.id_code` finds by reading
-    every id once; :func:`create_index` passes ``IdCode(21)`` instead and falls back to the
-    scan only if a count meets an id outside ``0 .. 2**21 - 1``.
+    every id once; :func:`create_index` passes ``IdCode(GUESS_BITS)`` instead and falls back to
+    the scan only if a count meets an id outside ``0 .. 2**17 - 1``.
     """
     code = code or id_code(sources)
     n = sum(s.length for s in sources)
@@ -237,7 +239,7 @@ def count_in_memory(plan: Plan, progress: Progress | None = None) -> list[Part]:
         done += shard.stop - shard.start
         if progress is not None:
             progress(done, plan.n_tokens)
-    u, c = merge_runs(runs)
+    u, c = merge_runs(runs, plan.code.bits)
     del runs
     return parts_from_run(u, c, plan.code)
 
@@ -245,6 +247,7 @@ def count_in_memory(plan: Plan, progress: Progress | None = None) -> list[Part]:
 def count_spilled(plan: Plan, folder: str, workers: int, progress: Progress | None = None) -> list[AnyPart]:
     """Steps 2-3 with spills to ``folder``, ``workers`` processes: the index parts in key order."""
     n_buckets = len(plan.splitters) + 1
+    t0 = time.perf_counter()
     lengths: list[list[tuple[int, int]]] = []
     done = 0
     total = 2 * plan.n_tokens
@@ -253,6 +256,7 @@ def count_spilled(plan: Plan, folder: str, workers: int, progress: Progress | No
         done += n_done
         if progress is not None:
             progress(done, total)
+    _trace("count shards", t0)
     parts: list[AnyPart] = []
     for b, part in enumerate(_imap(_reduce_task, [(b, folder, lengths) for b in range(n_buckets)], workers, plan)):
         parts.append(part)
@@ -286,10 +290,18 @@ def create_index(
     workers = default_workers() if workers is None else max(1, workers)
     sources = [Source.open(c) for c in corpora]
     try:
-        # Every real vocabulary fits 21 bits: count without reading the corpus for its ids first.
-        return _create(make_plan(sources, memory, workers, code=IdCode(MAX_BITS)), output, workers, tmpdir, **kw)
+        # Guess the ids' width: count without reading the whole corpus for its ids first.
+        return _create(make_plan(sources, memory, workers, code=IdCode(GUESS_BITS)), output, workers, tmpdir, **kw)
     except IdsOutOfRange:
         return _create(make_plan(sources, memory, workers), output, workers, tmpdir, **kw)
+
+
+def _trace(what: str, t0: float) -> float:
+    """With ``LOOKUPDEC_BUILD_TRACE=1``, one stderr line per step: its wall time."""
+    now = time.perf_counter()
+    if os.environ.get("LOOKUPDEC_BUILD_TRACE") == "1":
+        print(f"lookupdec.build: {what} {now - t0:.2f} s", file=sys.stderr, flush=True)
+    return now
 
 
 def _create(
@@ -302,9 +314,16 @@ def _create(
     vocab_fingerprint: bytes,
     progress: Progress | None,
 ) -> IndexSummary:
+    t0 = time.perf_counter()
     if not plan.spill:
         parts: list[AnyPart] = [MemoryPart(p) for p in count_in_memory(plan, progress)]
-        return write_index(output, parts, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
+        t0 = _trace("count in memory", t0)
+        summary = write_index(output, parts, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
+        _trace("write", t0)
+        return summary
     with tempfile.TemporaryDirectory(prefix="lookupdec-create-", dir=tmpdir) as folder:
         stored = count_spilled(plan, folder, workers, progress)
-        return write_index(output, stored, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
+        t0 = _trace(f"count and reduce, {len(plan.shards)} shards, {len(stored)} buckets", t0)
+        summary = write_index(output, stored, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
+        _trace("write", t0)
+        return summary
