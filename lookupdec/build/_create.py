@@ -33,8 +33,8 @@ import numpy as np
 import numpy.typing as npt
 
 from lookupdec.build._count import (
-    I64,
     GUESS_BITS,
+    I64,
     IdCode,
     IdsOutOfRange,
     Part,
