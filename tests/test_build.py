@@ -262,7 +262,6 @@ def test_plain_functions_as_another_engine_calls_them(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bits", [17, 21, 3])
 def test_merge_runs_adds_counts_of_any_size(bits: int) -> None:
-    """Counts too big for the bits left beside a packed triple take the general path, exactly."""
     from lookupdec.build._count import merge_runs
 
     rng = np.random.default_rng(bits)
@@ -275,6 +274,6 @@ def test_merge_runs_adds_counts_of_any_size(bits: int) -> None:
         runs.append((u, c))
         for a, n in zip(u.tolist(), c.tolist(), strict=True):
             want[a] += n
-    u, c = merge_runs(runs, bits)
+    u, c = merge_runs(runs)
     assert u.tolist() == sorted(want)
     assert c.tolist() == [want[a] for a in sorted(want)]

@@ -134,7 +134,7 @@ def make_plan(
     Nothing spills when everything fits in ``memory`` (unless ``force_spill``, for a cluster).
     ``code`` defaults to the one :func:`~lookupdec.build._sources.id_code` finds by reading
     every id once; :func:`create_index` passes ``IdCode(GUESS_BITS)`` instead and falls back to
-    the scan only if a count meets an id outside ``0 .. 2**17 - 1``.
+    the scan only if a count meets an id outside ``0 .. 2**21 - 1``.
     """
     code = code or id_code(sources)
     n = sum(s.length for s in sources)
@@ -239,7 +239,7 @@ def count_in_memory(plan: Plan, progress: Progress | None = None) -> list[Part]:
         done += shard.stop - shard.start
         if progress is not None:
             progress(done, plan.n_tokens)
-    u, c = merge_runs(runs, plan.code.bits)
+    u, c = merge_runs(runs)
     del runs
     return parts_from_run(u, c, plan.code)
 

@@ -167,7 +167,7 @@ def merge_indexes(
         for ix in ixs:
             t0, t1, tok, cnt = ix.triples(0, ix.n_keys)
             runs.append((_packed(code, t0, t1, tok), cnt))
-        u, c = merge_runs(runs, code.bits)
+        u, c = merge_runs(runs)
         del runs
         parts: list[AnyPart] = [MemoryPart(part_from_run(u, c, code))]
         return write_index(output, parts, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
@@ -221,7 +221,7 @@ def _merge_spilled(
             cuts = np.cumsum([0, *run_lengths[b]]).tolist()
             runs = [(rows[a:z, 0].copy(), rows[a:z, 1].copy()) for a, z in itertools.pairwise(cuts)]
             del rows
-            u, c = merge_runs(runs, code.bits)
+            u, c = merge_runs(runs)
             del runs
             parts.append(StoredPart.save(part_from_run(u, c, code), os.path.join(folder, f"p{b}")))
         return write_index(output, parts, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
