@@ -277,3 +277,47 @@ def test_merge_runs_adds_counts_of_any_size(bits: int) -> None:
     u, c = merge_runs(runs)
     assert u.tolist() == sorted(want)
     assert c.tolist() == [want[a] for a in sorted(want)]
+
+
+def _probe_in_python(homes: list[int], n_slots: int) -> list[int]:
+    """The spec's canonical slot layout, key by key (docs/static-index.md "Canonical bytes")."""
+    slots = [-1] * n_slots
+    for ordinal, h in enumerate(homes):
+        while slots[h] != -1:
+            h = (h + 1) % n_slots
+        slots[h] = ordinal
+    return slots
+
+
+@pytest.mark.parametrize("n_ranges", [1, 2, 8, 32])
+@pytest.mark.parametrize("crowd", ["uniform", "end"], ids=["uniform", "wrapping"])
+def test_slot_table_in_ranges_is_the_canonical_one(tmp_path: Path, n_ranges: int, crowd: str) -> None:
+    """Filled range by range (carries between ranges, wrap past the last slot) = key by key."""
+    from lookupdec.build._write import fill_slots, fill_slots_ranged
+
+    n_slots = 256
+    rng = np.random.default_rng(n_ranges)
+    n_keys = 120
+    if crowd == "end":  # most homes in the last slots: clusters run past the end and wrap to slot 0
+        homes = np.where(rng.random(n_keys) < 0.7, rng.integers(230, 256, n_keys), rng.integers(0, 256, n_keys))
+    else:
+        homes = rng.integers(0, n_slots, n_keys)
+    homes = homes.astype(np.int64)
+    want = _probe_in_python(homes.tolist(), n_slots)
+    chunks = [homes[:50], homes[50:51], homes[51:]]
+    table = fill_slots_ranged(chunks, n_slots, n_ranges, str(tmp_path))
+    assert np.fromfile(table, dtype="<i4").tolist() == want
+    slots = fill_slots(chunks, n_slots)
+    assert [slots[i] for i in range(n_slots)] == want
+
+
+def test_create_with_the_slot_table_in_ranges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lookupdec.build import _write
+
+    monkeypatch.setattr(_write, "MIN_RANGE", 16)
+    corpora = random_corpora(17, 0, 5000, [4000])
+    paths = write_corpora(tmp_path, corpora)
+    n_slots = _write.n_slots_for(len({tuple(k) for k in counted(corpora)}))
+    assert _write.slot_ranges(n_slots, 20_000) > 4
+    build.create_index(paths, tmp_path / "out.lkdc", memory=20_000, workers=1)
+    assert (tmp_path / "out.lkdc").read_bytes() == expected_bytes(tmp_path, corpora)

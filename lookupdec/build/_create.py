@@ -291,9 +291,11 @@ def create_index(
     sources = [Source.open(c) for c in corpora]
     try:
         # Guess the ids' width: count without reading the whole corpus for its ids first.
-        return _create(make_plan(sources, memory, workers, code=IdCode(GUESS_BITS)), output, workers, tmpdir, **kw)
+        return _create(
+            make_plan(sources, memory, workers, code=IdCode(GUESS_BITS)), output, memory, workers, tmpdir, **kw
+        )
     except IdsOutOfRange:
-        return _create(make_plan(sources, memory, workers), output, workers, tmpdir, **kw)
+        return _create(make_plan(sources, memory, workers), output, memory, workers, tmpdir, **kw)
 
 
 def _trace(what: str, t0: float) -> float:
@@ -307,6 +309,7 @@ def _trace(what: str, t0: float) -> float:
 def _create(
     plan: Plan,
     output: str | os.PathLike[str],
+    memory: int,
     workers: int,
     tmpdir: str | os.PathLike[str] | None,
     *,
@@ -318,12 +321,14 @@ def _create(
     if not plan.spill:
         parts: list[AnyPart] = [MemoryPart(p) for p in count_in_memory(plan, progress)]
         t0 = _trace("count in memory", t0)
-        summary = write_index(output, parts, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
+        summary = write_index(output, parts, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint, memory=memory)
         _trace("write", t0)
         return summary
     with tempfile.TemporaryDirectory(prefix="lookupdec-create-", dir=tmpdir) as folder:
         stored = count_spilled(plan, folder, workers, progress)
         t0 = _trace(f"count and reduce, {len(plan.shards)} shards, {len(stored)} buckets", t0)
-        summary = write_index(output, stored, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
+        summary = write_index(
+            output, stored, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint, memory=memory, tmpdir=tmpdir
+        )
         _trace("write", t0)
         return summary

@@ -170,8 +170,10 @@ def merge_indexes(
         u, c = merge_runs(runs)
         del runs
         parts: list[AnyPart] = [MemoryPart(part_from_run(u, c, code))]
-        return write_index(output, parts, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
-    return _merge_spilled(ixs, output, code, keys_per_slice, entries_per_slice, vocab_size, vocab_fingerprint, tmpdir)
+        return write_index(output, parts, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint, memory=memory)
+    return _merge_spilled(
+        ixs, output, code, keys_per_slice, entries_per_slice, vocab_size, vocab_fingerprint, memory, tmpdir
+    )
 
 
 def _merge_spilled(
@@ -182,6 +184,7 @@ def _merge_spilled(
     entries_per_slice: int,
     vocab_size: int,
     vocab_fingerprint: bytes,
+    memory: int,
     tmpdir: str | os.PathLike[str] | None,
 ) -> IndexSummary:
     from lookupdec.build._write import StoredPart
@@ -224,4 +227,6 @@ def _merge_spilled(
             u, c = merge_runs(runs)
             del runs
             parts.append(StoredPart.save(part_from_run(u, c, code), os.path.join(folder, f"p{b}")))
-        return write_index(output, parts, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
+        return write_index(
+            output, parts, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint, memory=memory, tmpdir=tmpdir
+        )

@@ -8,7 +8,7 @@ numpy and handed over as little-endian i64 bytes.
 
 from __future__ import annotations
 
-from librt.strings import BytesWriter, read_i64_le, write_i32_le
+from librt.strings import BytesWriter, read_i64_le, write_i32_le, write_i64_le
 from librt.vecs import extend, vec
 from mypy_extensions import i32, i64
 
@@ -43,3 +43,25 @@ def slots_bytes(slots: vec[i32], start: i64, stop: i64) -> bytes:
     for j in range(start, stop):
         write_i32_le(w, slots[j])
     return w.getvalue()
+
+
+def insert_range(slots: vec[i32], lo: i64, homes: bytes, ordinals: bytes) -> bytes:
+    """Insert keys into the slots ``lo .. lo + len(slots) - 1`` of a bigger table, in the order given.
+
+    ``homes`` and ``ordinals`` (i64 LE) list the keys by ascending ordinal; a key carried
+    from the range before has home ``lo``. Keys that find no free slot before the range's
+    end are returned (their ordinals, i64 LE): they go on probing from the next range's
+    first slot, as they would in the whole table.
+    """
+    size = i64(len(slots))
+    n = i64(len(homes)) // 8
+    out = BytesWriter()
+    for j in range(n):
+        h = read_i64_le(homes, 8 * j) - lo
+        while h < size and slots[h] >= 0:
+            h += 1
+        if h == size:
+            write_i64_le(out, read_i64_le(ordinals, 8 * j))
+        else:
+            slots[h] = i32(read_i64_le(ordinals, 8 * j))
+    return out.getvalue()

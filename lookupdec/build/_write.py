@@ -12,8 +12,9 @@ import hashlib
 import os
 import queue
 import struct
+import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from lookupdec._atomic import atomic_writer
 from lookupdec.build import _probe
-from lookupdec.build._count import Part
+from lookupdec.build._count import I64, Part
 from lookupdec.formats import INDEX_HEADER_SIZE, INDEX_VERSION, MAGIC_LOOKUPDEC
 
 # The header of docs/static-index.md: magic, version, header_size, ngram_size, flags, n_keys,
@@ -100,17 +101,111 @@ def n_slots_for(n_keys: int) -> int:
     return n
 
 
-def fill_slots(parts: Sequence[AnyPart], n_slots: int) -> Any:
-    """The slot table: keys inserted in ordinal order by linear probing from their home slot."""
+def home_slots(parts: Sequence[AnyPart], n_slots: int) -> Iterator[I64]:
+    """The home slot of every key (docs/static-index.md "Hash"), part by part in ordinal order."""
     bits = n_slots.bit_length() - 1
-    slots = _probe.empty_slots(n_slots)
-    ordinal = 0
     for p in parts:
         keys = p.section("keys")
         homes = (keys.view(np.uint64) * HASH_MULT) >> np.uint64(64 - bits)
+        yield homes.astype(np.int64)
+
+
+def fill_slots(home_chunks: Iterable[I64], n_slots: int) -> Any:
+    """The slot table in memory: keys inserted in ordinal order by linear probing from their home."""
+    slots = _probe.empty_slots(n_slots)
+    ordinal = 0
+    for homes in home_chunks:
         _probe.insert_keys(slots, homes.astype("<i8").tobytes(), ordinal)
-        ordinal += len(keys)
+        ordinal += len(homes)
     return slots
+
+
+MIN_RANGE = 1 << 16
+"""Smallest slot range of a ranged slot table (tiny budgets still make few files)."""
+
+
+def slot_ranges(n_slots: int, memory: int | None) -> int:
+    """How many ranges the slot table is filled in: 1 when it fits ``memory`` / 2, else a power of two.
+
+    A range holds its slots (4 bytes each) and the homes and ordinals of its keys (16 bytes
+    per key, at most half a key per slot): 12 bytes per slot.
+    """
+    ranges = 1
+    if memory is None:
+        return ranges
+    while (n_slots // ranges) * 12 > memory // 2 and n_slots // ranges > MIN_RANGE:
+        ranges *= 2
+    return ranges
+
+
+def fill_slots_ranged(home_chunks: Iterable[I64], n_slots: int, n_ranges: int, folder: str) -> str:
+    """The slot table, filled range by range within bounded memory: the path of its file (i32 LE).
+
+    ``home_chunks`` give the home slot of every key in ordinal order. The keys are first
+    spilled per range as (home, ordinal); then each range is filled in ordinal order, the keys
+    that run past its end carried into the next range (merged by ordinal with that range's
+    own keys), exactly as one table filled key by key. Keys that run past the last slot wrap
+    to slot 0: ranges 0, 1, ... are filled again with them until a range's carry no longer
+    changes.
+    """
+    size = n_slots // n_ranges
+    shift = size.bit_length() - 1
+    paths = [os.path.join(folder, f"slots-{r}") for r in range(n_ranges)]
+    files = [open(p, "wb") for p in paths]  # noqa: SIM115 - closed below
+    try:
+        ordinal = 0
+        for homes in home_chunks:
+            ords = np.arange(ordinal, ordinal + len(homes), dtype=np.int64)
+            ordinal += len(homes)
+            rng = homes >> shift
+            order = np.argsort(rng, kind="stable")
+            cuts = np.searchsorted(rng[order], np.arange(n_ranges + 1))
+            pairs = np.stack((homes[order], ords[order]), axis=1).astype("<i8")
+            for r in np.flatnonzero(np.diff(cuts)).tolist():
+                files[r].write(pairs[cuts[r] : cuts[r + 1]].tobytes())
+    finally:
+        for f in files:
+            f.close()
+    table = os.path.join(folder, "slots")
+    empty = np.full(size, -1, dtype="<i4").tobytes()
+    with open(table, "wb") as t:
+        for _ in range(n_ranges):
+            t.write(empty)
+
+    def fill(r: int, carry: bytes) -> bytes:
+        pairs = np.fromfile(paths[r], dtype="<i8").reshape(-1, 2)
+        homes, ords = pairs[:, 0], pairs[:, 1]
+        if carry:
+            carried = np.frombuffer(carry, dtype="<i8")
+            ords = np.concatenate((carried, ords))
+            homes = np.concatenate((np.full(len(carried), r * size, dtype=np.int64), homes))
+            order = np.argsort(ords, kind="stable")
+            ords, homes = ords[order], homes[order]
+        slots = _probe.empty_slots(size)
+        out = _probe.insert_range(slots, r * size, homes.astype("<i8").tobytes(), ords.astype("<i8").tobytes())
+        with open(table, "r+b") as t:
+            t.seek(4 * r * size)
+            for s in range(0, size, SLOT_PIECE):
+                t.write(_probe.slots_bytes(slots, s, min(s + SLOT_PIECE, size)))
+        return out
+
+    carry_in = [b""] * n_ranges
+    carry_out = [b""] * n_ranges
+    for r in range(n_ranges):
+        carry_out[r] = fill(r, carry_in[r])
+        if r + 1 < n_ranges:
+            carry_in[r + 1] = carry_out[r]
+    r, carry = 0, carry_out[-1]
+    while carry != carry_in[r]:
+        carry_in[r] = carry
+        new = fill(r, carry)
+        if new == carry_out[r]:
+            break
+        carry_out[r] = new
+        r, carry = (r + 1) % n_ranges, new
+    for p in paths:
+        os.unlink(p)
+    return table
 
 
 class _Sink:
@@ -170,16 +265,55 @@ class _Sink:
 
 
 def write_index(
-    path: str | os.PathLike[str], parts: Sequence[AnyPart], *, vocab_size: int = 0, vocab_fingerprint: bytes = b""
+    path: str | os.PathLike[str],
+    parts: Sequence[AnyPart],
+    *,
+    vocab_size: int = 0,
+    vocab_fingerprint: bytes = b"",
+    memory: int | None = None,
+    tmpdir: str | os.PathLike[str] | None = None,
 ) -> IndexSummary:
-    """Write the index of ``parts`` (key ranges in ascending order) to ``path``, atomically."""
+    """Write the index of ``parts`` (key ranges in ascending order) to ``path``, atomically.
+
+    The slot table is built in memory, or, when it does not fit half of ``memory`` bytes,
+    range by range through a temporary folder under ``tmpdir`` (:func:`fill_slots_ranged`).
+    """
     if vocab_fingerprint and len(vocab_fingerprint) != 8:
         raise ValueError(f"vocab_fingerprint must be 8 bytes (or empty), got {len(vocab_fingerprint)}")
+    n_slots = n_slots_for(sum(p.n_keys for p in parts))
+    n_ranges = slot_ranges(n_slots, memory)
+    with tempfile.TemporaryDirectory(prefix="lookupdec-slots-", dir=tmpdir) as folder:
+        if n_ranges == 1:
+            pieces: Iterator[bytes] = _pieces_in_memory(parts, n_slots)
+        else:
+            table = fill_slots_ranged(home_slots(parts, n_slots), n_slots, n_ranges, folder)
+            pieces = _read_pieces(table, 4 * SLOT_PIECE)
+        return _write(path, parts, pieces, n_slots, vocab_size, vocab_fingerprint or bytes(8))
+
+
+def _pieces_in_memory(parts: Sequence[AnyPart], n_slots: int) -> Iterator[bytes]:
+    slots = fill_slots(home_slots(parts, n_slots), n_slots)
+    for s in range(0, n_slots, SLOT_PIECE):
+        yield _probe.slots_bytes(slots, s, min(s + SLOT_PIECE, n_slots))
+
+
+def _read_pieces(path: str, size: int) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        while piece := f.read(size):
+            yield piece
+
+
+def _write(
+    path: str | os.PathLike[str],
+    parts: Sequence[AnyPart],
+    slot_pieces: Iterator[bytes],
+    n_slots: int,
+    vocab_size: int,
+    vocab_fingerprint: bytes,
+) -> IndexSummary:
     n_keys = sum(p.n_keys for p in parts)
     n_entries = sum(p.n_entries for p in parts)
     total = sum(p.total for p in parts)
-    n_slots = n_slots_for(n_keys)
-    slots = fill_slots(parts, n_slots)
     pos = INDEX_HEADER_SIZE
     with atomic_writer(path) as f, _Sink(f) as sink:
 
@@ -193,9 +327,8 @@ def write_index(
                 put(bytes(8 - pos % 8))
 
         sink.put(bytes(INDEX_HEADER_SIZE), hash=False)
-        for s in range(0, n_slots, SLOT_PIECE):
-            put(_probe.slots_bytes(slots, s, min(s + SLOT_PIECE, n_slots)))
-        del slots
+        for piece in slot_pieces:
+            put(piece)
         pad()
         for p in parts:
             put(p.section("keys").astype("<i8").tobytes())
@@ -211,7 +344,7 @@ def write_index(
                 put(p.section(name).astype("<i4").tobytes())
         header = HEADER.pack(
             MAGIC_LOOKUPDEC, INDEX_VERSION, INDEX_HEADER_SIZE, 2, 0, n_keys, n_entries, n_slots, vocab_size,
-            vocab_fingerprint or bytes(8), total, pos, sink.digest(), 0,
+            vocab_fingerprint, total, pos, sink.digest(), 0,
         )  # fmt: skip
         f.seek(0)
         f.write(header)

@@ -117,7 +117,12 @@ def create_index_dask(
             except Exception as e:  # KilledWorker, CommClosedError, a worker's MemoryError, ...
                 raise BuildError(f"the Dask job failed ({type(e).__name__}: {e}); {output} was not written") from e
             return write_index(
-                output, [parts[b] for b in range(n_buckets)], vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint
+                output,
+                [parts[b] for b in range(n_buckets)],
+                vocab_size=vocab_size,
+                vocab_fingerprint=vocab_fingerprint,
+                memory=default_memory() if memory is None else memory,
+                tmpdir=tmpdir,
             )
     finally:
         if own:
