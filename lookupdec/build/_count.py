@@ -128,7 +128,10 @@ def unique_counts(u: I64) -> tuple[I64, npt.NDArray[Any]]:
     first = np.flatnonzero(new)
     del new
     values = u[first]
-    counts = np.diff(first, append=len(u)).astype(np.int32 if len(u) <= INT32_MAX else np.int64)
+    # Differences of the first positions, written straight into the (int32 when it fits) result.
+    counts = np.empty(len(first), dtype=np.int32 if len(u) <= INT32_MAX else np.int64)
+    np.subtract(first[1:], first[:-1], out=counts[:-1], casting="unsafe")
+    counts[-1] = len(u) - first[-1]
     return values, counts
 
 

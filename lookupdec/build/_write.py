@@ -215,11 +215,11 @@ class _Sink:
     the memory in flight bounded. :meth:`digest` waits for both threads.
     """
 
-    DEPTH = 4
+    DEPTH = 2
 
     def __init__(self, f: BinaryIO) -> None:
         self.hasher = hashlib.blake2b(digest_size=8)
-        self.queues: list[queue.Queue[bytes | None]] = [queue.Queue(self.DEPTH), queue.Queue(self.DEPTH)]
+        self.queues: list[queue.Queue[bytes | memoryview | None]] = [queue.Queue(self.DEPTH), queue.Queue(self.DEPTH)]
         self.errors: list[BaseException] = []
         self.threads = [
             threading.Thread(target=self._run, args=(self.queues[0], f.write), daemon=True),
@@ -228,7 +228,7 @@ class _Sink:
         for t in self.threads:
             t.start()
 
-    def _run(self, q: queue.Queue[bytes | None], consume: Callable[[bytes], object]) -> None:
+    def _run(self, q: queue.Queue[bytes | memoryview | None], consume: Callable[[bytes | memoryview], object]) -> None:
         while (data := q.get()) is not None:
             if not self.errors:
                 try:
@@ -236,7 +236,7 @@ class _Sink:
                 except BaseException as e:  # re-raised by the main thread in _join
                     self.errors.append(e)
 
-    def put(self, data: bytes, hash: bool = True) -> None:
+    def put(self, data: bytes | memoryview, hash: bool = True) -> None:
         """Write ``data`` next (and hash it, unless ``hash`` is false)."""
         if self.errors:
             raise self.errors[0]
@@ -297,6 +297,12 @@ def _pieces_in_memory(parts: Sequence[AnyPart], n_slots: int) -> Iterator[bytes]
         yield _probe.slots_bytes(slots, s, min(s + SLOT_PIECE, n_slots))
 
 
+def _raw(arr: Any, dtype: str) -> memoryview:
+    """The bytes of ``arr`` as ``dtype``, without a copy when it already is (the usual case)."""
+    # An ndarray is a buffer; numpy's stubs do not say so.
+    return memoryview(np.ascontiguousarray(arr, dtype=dtype)).cast("B")  # type: ignore[arg-type]
+
+
 def _read_pieces(path: str, size: int) -> Iterator[bytes]:
     with open(path, "rb") as f:
         while piece := f.read(size):
@@ -317,7 +323,7 @@ def _write(
     pos = INDEX_HEADER_SIZE
     with atomic_writer(path) as f, _Sink(f) as sink:
 
-        def put(data: bytes) -> None:
+        def put(data: bytes | memoryview) -> None:
             nonlocal pos
             sink.put(data)
             pos += len(data)
@@ -331,17 +337,17 @@ def _write(
             put(piece)
         pad()
         for p in parts:
-            put(p.section("keys").astype("<i8").tobytes())
+            put(_raw(p.section("keys"), "<i8"))
         base = 0
         for p in parts:
-            put((p.section("starts")[:-1] + base).astype("<i8").tobytes())
+            put(_raw(p.section("starts")[:-1] + base, "<i8"))
             base += p.n_entries
         put(np.array([base], dtype="<i8").tobytes())
         for name in ("picks", "tokens", "counts"):
             if name != "picks":
                 pad()
             for p in parts:
-                put(p.section(name).astype("<i4").tobytes())
+                put(_raw(p.section(name), "<i4"))
         header = HEADER.pack(
             MAGIC_LOOKUPDEC, INDEX_VERSION, INDEX_HEADER_SIZE, 2, 0, n_keys, n_entries, n_slots, vocab_size,
             vocab_fingerprint, total, pos, sink.digest(), 0,
