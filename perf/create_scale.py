@@ -4,8 +4,8 @@ Runs the real command (a subprocess, as a user would) on corpora of growing size
 the sizes and repeats so that the machine's load hits them alike, and prints medians next to
 the C++ fork's figures from issue 10 (measured on this machine; the fork is not part of this
 project). Peak RSS is the largest sum of the resident memory of ``lookupdec`` and its worker
-processes, sampled from /proc every 20 ms (``/usr/bin/time`` reports only the largest single
-process).
+processes, sampled from /proc every 20 ms), or the exact peak of the largest single process
+(``ru_maxrss``, what ``/usr/bin/time`` reports) when that is larger.
 
 Corpora are token files. With ``--data DIR``, the ``*.bin`` token files there (raw int32)
 are concatenated in name order and cut to each size; by default the shared sample
@@ -111,10 +111,14 @@ def run_create(corpus: Path, output: Path, extra: list[str]) -> tuple[float, int
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    rc = proc.wait()
+    # wait4 gives the largest peak of any single process of the tree (ru_maxrss, exact); the
+    # samples give the sum over processes (but can miss a short peak): report the larger.
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = rc = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - t0
     stop.set()
     sampler.join()
+    peak = max(peak, usage.ru_maxrss * 1024)
     if rc != 0:
         raise SystemExit(f"{' '.join(cmd)} failed with exit code {rc}")
     return wall, peak
