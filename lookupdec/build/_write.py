@@ -127,13 +127,13 @@ MIN_RANGE = 1 << 16
 def slot_ranges(n_slots: int, memory: int | None) -> int:
     """How many ranges the slot table is filled in: 1 when it fits ``memory`` / 2, else a power of two.
 
-    A range holds its slots (4 bytes each) and the homes and ordinals of its keys (16 bytes
-    per key, at most half a key per slot): 12 bytes per slot.
+    A range holds its slots (4 bytes each) and, while it is filled, the homes and ordinals of
+    its keys twice (32 bytes per key, at most half a key per slot): 20 bytes per slot.
     """
     ranges = 1
     if memory is None:
         return ranges
-    while (n_slots // ranges) * 12 > memory // 2 and n_slots // ranges > MIN_RANGE:
+    while (n_slots // ranges) * 20 > memory // 2 and n_slots // ranges > MIN_RANGE:
         ranges *= 2
     return ranges
 
@@ -167,22 +167,25 @@ def fill_slots_ranged(home_chunks: Iterable[I64], n_slots: int, n_ranges: int, f
         for f in files:
             f.close()
     table = os.path.join(folder, "slots")
-    empty = np.full(size, -1, dtype="<i4").tobytes()
     with open(table, "wb") as t:
-        for _ in range(n_ranges):
-            t.write(empty)
+        t.truncate(4 * n_slots)  # every range is written below
 
     def fill(r: int, carry: bytes) -> bytes:
         pairs = np.fromfile(paths[r], dtype="<i8").reshape(-1, 2)
-        homes, ords = pairs[:, 0], pairs[:, 1]
         if carry:
             carried = np.frombuffer(carry, dtype="<i8")
-            ords = np.concatenate((carried, ords))
-            homes = np.concatenate((np.full(len(carried), r * size, dtype=np.int64), homes))
+            ords = np.concatenate((carried, pairs[:, 1]))
+            homes = np.concatenate((np.full(len(carried), r * size, dtype=np.int64), pairs[:, 0]))
             order = np.argsort(ords, kind="stable")
-            ords, homes = ords[order], homes[order]
+            pairs = np.stack((homes[order], ords[order]), axis=1).astype("<i8")
+            del ords, homes, order
+        # The compiled probe reads bytes: convert one column at a time, then drop the pairs.
+        homes_b = pairs[:, 0].tobytes()
+        ords_b = pairs[:, 1].tobytes()
+        del pairs
         slots = _probe.empty_slots(size)
-        out = _probe.insert_range(slots, r * size, homes.astype("<i8").tobytes(), ords.astype("<i8").tobytes())
+        out = _probe.insert_range(slots, r * size, homes_b, ords_b)
+        del homes_b, ords_b
         with open(table, "r+b") as t:
             t.seek(4 * r * size)
             for s in range(0, size, SLOT_PIECE):
