@@ -276,6 +276,15 @@ def _create_index(args: argparse.Namespace, vocab_size: int, fingerprint: bytes)
         corpora = [_load_input_array(args, path) for path in args.corpus]
     elif args.add_bos:
         raise UsageError("--add-bos applies to text tokenized with --tokenizer; token files are used as they are")
+    else:
+        from lookupdec.tokens import TOKEN_SUFFIXES
+
+        for path in args.corpus:
+            if not args.tokens and not path.lower().endswith(TOKEN_SUFFIXES):
+                raise UsageError(
+                    f"{path}: is this a token file or text? Give --tokens (raw int32 or .npy) or "
+                    "--tokenizer PATH/tokenizer.json"
+                )
     if args.dask is not None:
         from lookupdec.build.dask import create_index_dask
 

@@ -321,3 +321,17 @@ def test_create_with_the_slot_table_in_ranges(tmp_path: Path, monkeypatch: pytes
     assert _write.slot_ranges(n_slots, 20_000) > 4
     build.create_index(paths, tmp_path / "out.lkdc", memory=20_000, workers=1)
     assert (tmp_path / "out.lkdc").read_bytes() == expected_bytes(tmp_path, corpora)
+
+
+def test_cli_create_asks_whether_an_unknown_name_is_tokens_or_text(tmp_path: Path, capsys: Any) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("some text, not token ids\n")
+    out = tmp_path / "x.lkdc"
+    assert main(["create", str(corpus), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "corpus.txt" in err and "--tokens" in err and err.count("\n") == 1
+    assert not out.exists()
+    # With --tokens the same bytes are read as raw int32 ids (28 bytes: 7 ids, 5 triples).
+    corpus.write_bytes(np.arange(7, dtype="<i4").tobytes())
+    assert main(["create", str(corpus), "-o", str(out), "--tokens", "-q"]) == 0
+    assert out.read_bytes() == expected_bytes(tmp_path, [list(range(7))])
