@@ -21,12 +21,20 @@ import sys
 import textwrap
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from types import ModuleType
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
 import lookupdec
+from lookupdec._pipeline import (
+    UsageError,
+    build_static_cache,
+    load_cache,
+    progress_bar,
+    replay_stats,
+    require_file,
+    resolve_impl,
+    write_cache,
+)
 from lookupdec.errors import LookupdecError
 
 EXIT_OK = 0
@@ -37,15 +45,8 @@ STATIC_FORMATS = ("lookupdec", "llama", "fork-v2")
 """Formats ``create`` and ``merge`` can write."""
 IMPLEMENTATIONS = ("reference", "fast")
 
-ProgressCallback = Callable[[int, int], None]
-
-
 # --------------------------------------------------------------------------------------
 # errors and helpers
-
-
-class UsageError(LookupdecError):
-    """A problem with the command line or its inputs, reported as one line, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,87 +81,6 @@ def _want_progress(args: argparse.Namespace) -> bool:
     return not getattr(args, "quiet", False) and sys.stderr.isatty()
 
 
-@contextmanager
-def progress_bar(enabled: bool, desc: str, unit: str = "tok") -> Iterator[ProgressCallback | None]:
-    """A ``progress(done, total)`` callback drawing a tqdm bar on stderr, or None when disabled."""
-    if not enabled:
-        yield None
-        return
-    from tqdm import tqdm
-
-    bar: Any = None
-
-    def update(done: int, total: int) -> None:
-        nonlocal bar
-        if bar is None:
-            bar = tqdm(total=total, desc=desc, unit=unit, unit_scale=True, file=sys.stderr, leave=False)
-        bar.update(done - bar.n)
-
-    try:
-        yield update
-    finally:
-        if bar is not None:
-            bar.close()
-
-
-def resolve_impl(name: str | None) -> ModuleType:
-    """The implementation module to use: ``name``, or the one ``import lookupdec`` chose."""
-    chosen = name or lookupdec.IMPLEMENTATION
-    try:
-        module = lookupdec.implementation(chosen)
-    except ImportError as e:
-        raise UsageError(f"the {chosen} implementation is not available here ({e})") from None
-    if not hasattr(module, "replay"):
-        raise UsageError(f"the {chosen} implementation is not available in this install")
-    return module
-
-
-def available_implementations() -> list[str]:
-    """The implementations importable here, reference first."""
-    names = ["reference"]
-    try:
-        resolve_impl("fast")
-    except UsageError:
-        pass
-    else:
-        names.append("fast")
-    return names
-
-
-def _require_file(path: str, what: str) -> None:
-    if not os.path.exists(path):
-        raise UsageError(f"{path}: no such file ({what})")
-    if os.path.isdir(path):
-        raise UsageError(f"{path}: is a folder, not a file ({what})")
-
-
-def load_static(impl: ModuleType, path: str, *, in_memory: bool = False) -> Any:
-    """Open a static cache file of any format with ``impl`` (``impl.load_static`` when it has one)."""
-    _require_file(path, "static cache, -lcs")
-    loader = getattr(impl, "load_static", None)
-    if loader is not None:
-        return loader(path, in_memory=in_memory)
-    return impl.NgramCache.load(path)
-
-
-def load_dynamic(impl: ModuleType, path: str | None) -> Any:
-    """The dynamic cache at ``path``; a missing file (or no path) is an empty cache, as in llama.cpp."""
-    if path is None or not os.path.exists(path):
-        return impl.NgramCache()
-    _require_file(path, "dynamic cache, -lcd")
-    return impl.NgramCache.load(path)
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set size in MB (``getrusage`` ``ru_maxrss``); 0 where unknown."""
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - Windows
-        return 0.0
-    rss = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-    return rss / 2**20 if sys.platform == "darwin" else rss / 2**10
-
-
 def _load_input(args: argparse.Namespace, path: str) -> list[int]:
     from lookupdec.tokens import load_tokens
 
@@ -177,70 +97,6 @@ def _mb(n_bytes: int) -> str:
 # building and writing static caches
 
 
-def build_static_cache(
-    impl: ModuleType, corpora: Sequence[Sequence[int]], progress: ProgressCallback | None = None
-) -> Any:
-    """The static cache of several corpora: each one's 2-grams counted separately, then added up.
-
-    The same as ``build_static`` of each corpus merged together (no 2-gram spans two
-    corpora), done in windows so that a progress bar can follow it.
-    """
-    cache = impl.NgramCache()
-    ngram = int(impl.NGRAM_STATIC)
-    total = sum(len(c) for c in corpora)
-    done = 0
-    step = 1 << 16
-    for tokens in corpora:
-        for start in range(0, len(tokens), step):
-            end = min(start + step, len(tokens))
-            window = tokens[max(start - ngram, 0) : end]
-            cache.update(window, end - start, ngram, ngram)
-            done += end - start
-            if progress is not None:
-                progress(done, total)
-    return cache
-
-
-def write_cache(cache: Any, path: str, fmt: str, vocab_size: int = 0, vocab_fingerprint: bytes = b"") -> None:
-    """Write ``cache`` to ``path`` in ``fmt`` (``llama``, ``lookupdec`` or ``fork-v2``), atomically.
-
-    ``llama`` holds any cache; the other two hold static caches (2-grams) only. The keys go
-    to the writer in the cache's insertion order (first occurrence in the corpus), which is
-    the order the fork's own create writes; the lookupdec index sorts them itself.
-    """
-    if fmt == "llama":
-        cache.save(path)
-        return
-    sizes = ngram_sizes(cache.keys())
-    if sizes and set(sizes) != {2}:
-        raise UsageError(
-            f"{path}: only a static cache (2-grams only) can be written as {fmt}; this cache has n-grams "
-            f"of sizes {', '.join(map(str, sorted(sizes)))}; use --format llama"
-        )
-    from lookupdec import formats
-
-    writer = getattr(formats, "write_static", None)
-    if writer is None:
-        raise UsageError(f"writing the {fmt} format is not available in this build of lookupdec")
-    writer(cache.items(), path, fmt, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
-
-
-def ngram_sizes(keys: Iterable[Sequence[int]]) -> dict[int, int]:
-    """How many of ``keys`` (padded 4-slot keys) are of each n-gram size (1..4)."""
-    sizes: dict[int, int] = {}
-    for key in keys:
-        n = _key_size(key)
-        sizes[n] = sizes.get(n, 0) + 1
-    return sizes
-
-
-def _key_size(key: Sequence[int]) -> int:
-    n = len(key)
-    while n > 1 and key[n - 1] == -1:
-        n -= 1
-    return n
-
-
 # --------------------------------------------------------------------------------------
 # subcommands
 
@@ -249,7 +105,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     """``lookupdec create``: build a static cache (llama-lookup-create)."""
     impl = resolve_impl(args.impl)
     for path in args.corpus:
-        _require_file(path, "corpus")
+        require_file(path, "corpus")
     t0 = time.perf_counter()
     corpora = [_load_input(args, path) for path in args.corpus]
     t_read = time.perf_counter() - t0
@@ -278,51 +134,6 @@ def cmd_create(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def replay_stats(
-    impl: ModuleType,
-    tokens: Sequence[int],
-    *,
-    static: str | None = None,
-    dynamic: str | None = None,
-    n_ctx: int = 4096,
-    n_draft: int = 8,
-    in_memory: bool = False,
-    progress: ProgressCallback | None = None,
-) -> dict[str, Any]:
-    """Load the caches, replay ``tokens`` like llama-lookup-stats, and return the ``stats --json`` fields."""
-    from lookupdec.formats import detect_format
-
-    t0 = time.perf_counter()
-    nc_static = load_static(impl, static, in_memory=in_memory) if static is not None else None
-    nc_dynamic = load_dynamic(impl, dynamic)
-    t_load = time.perf_counter() - t0
-    result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress)
-    t_draft = result.t_draft_s
-    return {
-        "n_tokens": result.n_tokens,
-        "n_ctx": result.n_ctx,
-        "n_draft": result.n_draft,
-        "n_predict": result.n_predict,
-        "n_drafted": result.n_drafted,
-        "n_accept": result.n_accept,
-        "accept": result.accept,
-        "t_draft_ms": 1e3 * t_draft,
-        "t_load_ms": 1e3 * t_load,
-        "t_draft_flat_ms": 1e3 * t_load,
-        "us_per_drafted_token": result.us_per_drafted_token,
-        "tokens_per_second": result.n_drafted / t_draft if t_draft > 0 else 0.0,
-        "impl": impl.IMPLEMENTATION,
-        "compiled": bool(impl.COMPILED),
-        "static": static,
-        "static_format": detect_format(static) if static is not None else None,
-        "static_in_memory": bool(in_memory) if static is not None else None,
-        "dynamic": dynamic,
-        "dynamic_found": dynamic is not None and os.path.exists(dynamic),
-        "peak_rss_mb": peak_rss_mb(),
-        "version": lookupdec.__version__,
-    }
-
-
 def cmd_stats(args: argparse.Namespace) -> int:
     """``lookupdec stats``: replay a text (llama-lookup-stats)."""
     if args.n_ctx < 1:
@@ -330,9 +141,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.n_draft < 0:
         raise UsageError(f"--n-draft must be >= 0, got {args.n_draft}")
     impl = resolve_impl(args.impl)
-    _require_file(args.replay, "replay text")
+    require_file(args.replay, "replay text")
     if args.static is not None:
-        _require_file(args.static, "static cache, -lcs")
+        require_file(args.static, "static cache, -lcs")
     tokens = _load_input(args, args.replay)
     with progress_bar(_want_progress(args), "replay") as progress:
         stats = replay_stats(
@@ -371,10 +182,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
     """``lookupdec merge``: add caches together (llama-lookup-merge)."""
     impl = resolve_impl(args.impl)
     for path in args.inputs:
-        _require_file(path, "cache to merge")
+        require_file(path, "cache to merge")
     merged = impl.NgramCache()
     for path in args.inputs:
-        merged.merge(impl.NgramCache.load(path))
+        merged.merge(load_cache(impl, path))
     write_cache(merged, args.output, args.format)
     if not args.quiet:
         print(
@@ -383,23 +194,6 @@ def cmd_merge(args: argparse.Namespace) -> int:
             f"{'s' if len(args.inputs) != 1 else ''}"
         )
     return EXIT_OK
-
-
-def _heaviest(path: str, top: int) -> list[dict[str, Any]]:
-    """The ``top`` heaviest n-grams of any enumerable cache file, by total count (ties: smaller key)."""
-    from lookupdec.reference import NgramCache
-
-    cache = NgramCache.load(path)
-    weighted = sorted(((sum(part.values()), key, part) for key, part in cache.items()), key=lambda x: (-x[0], x[1]))
-    return [
-        {
-            "ngram": list(key[: _key_size(key)]),
-            "total": total,
-            "n_followers": len(part),
-            "top_followers": [list(tc) for tc in sorted(part.items(), key=lambda tc: (-tc[1], tc[0]))[:5]],
-        }
-        for total, key, part in weighted[:top]
-    ]
 
 
 def _kind(sizes: dict[int, int]) -> str:
@@ -419,8 +213,8 @@ def inspect_cache(path: str, top: int = 10, verify: bool = False) -> dict[str, A
     """
     from lookupdec import formats
 
-    _require_file(path, "cache file")
-    raw = formats.inspect_file(path, verify=verify)
+    require_file(path, "cache file")
+    raw = formats.inspect_file(path, verify=verify, top=top)
     for message in raw.get("warnings") or []:
         warnings.warn(message, stacklevel=2)
     sizes = {int(n): int(c) for n, c in (raw.get("key_sizes") or {}).items() if c}
@@ -442,7 +236,7 @@ def inspect_cache(path: str, top: int = 10, verify: bool = False) -> dict[str, A
     rows = raw.get("top")
     if rows is None:
         info["heaviest"] = None  # a fork v1 file cannot be enumerated
-    elif top <= len(rows) or len(rows) >= n_keys:
+    else:
         info["heaviest"] = [
             {
                 "ngram": [int(t) for t in r["ngram"]],
@@ -450,10 +244,8 @@ def inspect_cache(path: str, top: int = 10, verify: bool = False) -> dict[str, A
                 "n_followers": int(r["n_followers"]),
                 "top_followers": [[int(t), int(c)] for t, c in r["followers"]],
             }
-            for r in rows[:top]
+            for r in rows
         ]
-    else:
-        info["heaviest"] = _heaviest(path, top)
     return info
 
 

@@ -82,7 +82,9 @@ class Lockstep(RuleBasedStateMachine):
             contents = [(k, [(t, min(c * 21474837 + t % 7, 2**31 - 1)) for t, c in f]) for k, f in contents]
         path = self.path()
         write_static(contents, path, fmt)
-        self.static = (ref.load_static(path), self.fast.load_static(path, in_memory=in_memory))
+        from lookupdec._pipeline import load_static
+
+        self.static = (load_static(ref, str(path)), self.fast.load_static(path, in_memory=in_memory))
 
     @rule(n_ctx=st.integers(2, 40), n_draft=st.integers(1, 9))
     def replay(self, n_ctx: int, n_draft: int) -> None:
