@@ -164,3 +164,40 @@ def test_import_reference_loads_no_compiled_library() -> None:
     env = {**os.environ, "LOOKUPDEC_IMPL": "reference"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_fast_never_hands_foreign_caches_to_the_reference() -> None:
+    """fast.draft / fast.replay refuse a reference cache with a TypeError naming the conversion."""
+    fast = lookupdec.implementation("fast")
+    ref = lookupdec.implementation("reference")
+    tokens = [1, 2, 3, 1, 2, 3, 1, 2]
+    ref_cache = ref.build_static(tokens)
+    with pytest.raises(TypeError, match=r"nc_context must be a lookupdec\.fast\.NgramCache.*from_contents"):
+        fast.draft(tokens, [tokens[-1]], 4, 1, 4, ref_cache, fast.NgramCache(), None)
+    # (compiled, mypyc's own argument check says it first: "...fast._core.NgramCache or None object expected")
+    with pytest.raises(TypeError, match=r"fast(\._core)?\.NgramCache"):
+        fast.replay(tokens, 4, 2, None, ref_cache)
+    with pytest.raises(TypeError, match="nc_static must be"):
+        fast.replay(tokens, 4, 2, object())
+    # Converted once, the same cache drafts exactly as the reference does with its own.
+    converted = fast.NgramCache.from_contents(ref_cache.contents())
+    got: list[int] = [tokens[-1]]
+    want: list[int] = [tokens[-1]]
+    fast.draft(tokens, got, 4, 1, 4, converted, fast.NgramCache(), None)
+    ref.draft(tokens, want, 4, 1, 4, ref_cache, ref.NgramCache(), ref.NgramCache())
+    assert got == want and len(got) > 1
+
+
+def test_reference_refuses_formats_it_cannot_read_purely(tmp_path: Path) -> None:
+    from lookupdec.errors import CacheFormatError
+    from lookupdec.formats import read_as_contents, write_static
+
+    ref = lookupdec.implementation("reference")
+    contents = [((1, 2, -1, -1), [(3, 4)])]
+    path = tmp_path / "s.lkdc"
+    write_static(contents, path, "lookupdec")
+    with pytest.raises(CacheFormatError, match=r"s\.lkdc.*legacy format.*read_as_contents"):
+        ref.NgramCache.load(path)
+    with pytest.raises(CacheFormatError, match="legacy format"):
+        ref.load_static(path)
+    assert ref.NgramCache.from_contents(read_as_contents(path)).contents() == contents
