@@ -20,7 +20,6 @@ from tests.conftest import vectors
 from tests.test_tokens import make_tokenizer
 
 
-
 def load_any(path: str | os.PathLike[str]) -> NgramCache:
     """A cache file of any enumerable format as a reference cache (it reads only legacy files itself)."""
     return NgramCache.from_contents(formats.read_as_contents(path))
@@ -199,8 +198,6 @@ def test_stats_matches_replay_vectors(
     n_draft: int,
     use_static: bool,
 ) -> None:
-    if impl == "fast" and "fast" not in _pipeline.available_implementations():
-        pytest.skip("the fast implementation is not available")
     argv = ["stats", files["replay"], "-c", str(n_ctx), "--n-draft", str(n_draft), "--json", "--impl", impl]
     if use_static:
         static = os.path.join(files["dir"], "static.bin")
@@ -321,8 +318,6 @@ def test_stats_load_flag(capsys: pytest.CaptureFixture[str], files: dict[str, st
 
 @pytest.mark.parametrize("impl", ["reference", "fast"])
 def test_merge(capsys: pytest.CaptureFixture[str], tmp_path: Path, impl: str) -> None:
-    if impl not in _pipeline.available_implementations():
-        pytest.skip(f"the {impl} implementation is not available")
     tokens = vectors("replay")["tokens"]
     a, b = NgramCache(), NgramCache()
     a.update(tokens[:1300], 1300)

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import lookupdec.reference as ref
-from tests.conftest import fast_or_skip
+from tests.conftest import fast_impl
 
 # Few distinct ids make repeated n-grams (and so drafts) common; a few extremes test int32 edges.
 token_ids = st.one_of(st.integers(0, 5), st.sampled_from([-(2**31), -2, 2**31 - 1, 1000]))
@@ -27,7 +27,7 @@ STATIC_FORMATS = ("llama", "lookupdec", "fork-v2")
 class Lockstep(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.fast = fast_or_skip()
+        self.fast = fast_impl()
         self.dir = Path(tempfile.mkdtemp(prefix="lookupdec-lockstep-"))
         self.tokens: list[int] = []
         self.ctx = (ref.NgramCache(), self.fast.NgramCache())
@@ -105,7 +105,6 @@ class Lockstep(RuleBasedStateMachine):
 
 
 def test_lockstep() -> None:
-    fast_or_skip()
     Lockstep.TestCase.settings = settings(
         max_examples=60, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
     )

@@ -14,11 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyperf
 import pytest
 
-pyperf = pytest.importorskip("pyperf")
-
-from perf import gate  # noqa: E402  (after the importorskip)
+from perf import gate
 
 REPO = Path(__file__).resolve().parents[1]
 
