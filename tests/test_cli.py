@@ -530,16 +530,55 @@ def test_progress_bar_draws_on_stderr(capsys: pytest.CaptureFixture[str]) -> Non
 # --- demo ----------------------------------------------------------------------------------------------
 
 
+def demo_data() -> tuple[list[int], list[int]]:
+    """The demo's corpus and replay tokens, read from the shipped files."""
+    from lookupdec import demo
+    from lookupdec.tokens import read_tokens
+
+    with demo.data_file(demo.CORPUS_FILE) as c, demo.data_file(demo.REPLAY_FILE) as r:
+        return read_tokens(c).tolist(), read_tokens(r).tolist()
+
+
+@pytest.mark.slow  # the reference replays 67,716 tokens twice (about 16 s)
 def test_demo_reference(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "demo", "--impl", "reference", "--json")
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["corpus_tokens"] == 367_182 and doc["replay_tokens"] == 67_716
+    corpus, text = demo_data()
+    assert doc["corpus_tokens"] == len(corpus) == 367_182 and doc["replay_tokens"] == len(text) == 67_716
     rows = doc["rows"]
     assert [(r["impl"], r["static"]) for r in rows] == [("reference", False), ("reference", True)]
-    # counts pinned by the reference on the shipped data (n_ctx 4096, n_draft 8)
-    assert (rows[0]["n_drafted"], rows[0]["n_accept"]) == (60_977, 9_349)
-    assert (rows[1]["n_drafted"], rows[1]["n_accept"]) == (67_095, 10_640)
+    # Expected counts from the other implementation on the same tokens (n_ctx 4096, n_draft 8).
+    from lookupdec import fast
+
+    none = fast.replay(text, 4096, 8)
+    corpus_static = fast.replay(text, 4096, 8, fast.build_static(corpus))
+    assert (rows[0]["n_drafted"], rows[0]["n_accept"]) == (none.n_drafted, none.n_accept)
+    assert (rows[1]["n_drafted"], rows[1]["n_accept"]) == (corpus_static.n_drafted, corpus_static.n_accept)
+
+
+def test_demo_fast(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from lookupdec import demo, tokens
+
+    real_read = tokens.read_tokens
+
+    def read_short(path: Any) -> Any:  # the reference computes the expected counts: keep it short
+        arr = real_read(path)
+        return arr[:6000] if str(path).endswith(demo.REPLAY_FILE) else arr[:60000]
+
+    monkeypatch.setattr(tokens, "read_tokens", read_short)
+    code, out, err = run(capsys, "demo", "--impl", "fast", "--json", "-c", "1024")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    corpus, text = demo_data()  # read through the same shortening
+    assert (len(corpus), len(text)) == (60000, 6000)
+    # Expected counts from the reference on the same tokens.
+    none = replay(text, 1024, 8)
+    corpus_static = replay(text, 1024, 8, build_static(corpus))
+    assert [(r["static"], r["n_drafted"], r["n_accept"]) for r in rows] == [
+        (False, none.n_drafted, none.n_accept),
+        (True, corpus_static.n_drafted, corpus_static.n_accept),
+    ]
 
 
 def test_demo_table(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -344,10 +344,23 @@ def test_write_rejects_bad_arguments(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow  # builds 2**24 + 1 followers; test_fork_span_limit_check runs the same check small
 def test_fork_span_limits(tmp_path: Path) -> None:
     big = [((1, 2, -1, -1), [(t, 1) for t in range((1 << 24) + 1)])]
     with pytest.raises(ValueError, match="followers"):
         write_static(big, tmp_path / "big", "fork-v2")
+
+
+def test_fork_span_limit_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lookupdec.formats import fork
+
+    # spec 11: a span is offset << 24 | length, so a 2-gram holds at most 2**24 - 1 followers.
+    assert fork._SPAN_BITS == 24 and fork._SPAN_MAX_LENGTH == (1 << 24) - 1
+    # The writer's check itself, with the limit lowered so the input stays small.
+    monkeypatch.setattr(fork, "_SPAN_MAX_LENGTH", 15)
+    with pytest.raises(ValueError, match="followers"):
+        write_static([((1, 2, -1, -1), [(t, 1) for t in range(16)])], tmp_path / "big", "fork-v2")
+    write_static([((1, 2, -1, -1), [(t, 1) for t in range(15)])], tmp_path / "ok", "fork-v2")
 
 
 # --- malformed files ------------------------------------------------------------------------
