@@ -80,11 +80,6 @@ def wrap32(x: i64) -> i64:
     return ((x + 2147483648) & M32) - 2147483648
 
 
-def low32(w: i64) -> i32:
-    """The low 32 bits of ``w`` as a signed int32 (the second token of a packed word)."""
-    return i32(wrap32(w & M32))
-
-
 def pack(a: i32, b: i32) -> i64:
     """Two int32 tokens as one i64 word: ``a`` in the high half, ``b``'s bits in the low half."""
     # Multiply instead of ``<<``: shifting a negative value left is undefined in C.
@@ -103,26 +98,12 @@ def pair_hash(kid: i64, tok: i32) -> i64:
     return h ^ (h >> 29)
 
 
-def empty_slot(slots: vec[i32], h: i64, mask: i64) -> i64:
-    """The first empty (-1) slot at or after ``h`` (wrapping by ``mask``): where a rehash puts an entry."""
-    while slots[h] >= 0:
-        h = (h + 1) & mask
-    return h
-
-
 def filled_i32(n: i64, value: i32) -> vec[i32]:
     """A vec of ``n`` copies of ``value``."""
     v = vec[i32](capacity=n)
     for _ in range(n):
         v = append(v, value)
     return v
-
-
-# The spec 3.1 threshold tables, indexed by ``i = n - ngram_min``:
-#   lax (context):    min_sample (2, 2, 1, 1), min_percent (66, 50, 50, 50)
-#   strict (dynamic): min_sample (4, 3, 2, 2), min_percent (75, 66, 66, 66)
-# The reference indexes tuples; here they are if-chains because mypyc indexes a tuple of
-# ints through boxed Python objects, while these compile to native compares on i64.
 
 
 def min_sample(strict: bool, i: i64) -> i64:
@@ -225,7 +206,7 @@ def key_words(key: Sequence[object]) -> tuple[bool, i64, i64]:
 
 def unpack_key(w0: i64, w1: i64) -> Key:
     """The 4-slot tuple of a packed key."""
-    return (int(w0 >> 32), int(low32(w0)), int(w1 >> 32), int(low32(w1)))
+    return (int(w0 >> 32), int(wrap32(w0 & M32)), int(w1 >> 32), int(wrap32(w1 & M32)))
 
 
 class StaticSource:
@@ -268,9 +249,9 @@ class PartAdapter(StaticSource):
         c = self.cur.get(int(tok))
         if c is None:
             return ABSENT
-        # Only the low 32 bits matter to the int32 weight (spec 5); masking the Python int
-        # first keeps huge counts (unbounded in the reference) from overflowing i64.
-        return i64(low32(i64(c & 0xFFFFFFFF)))
+        # Only the low 32 bits matter to the int32 weight (spec 5); this also keeps huge
+        # Python ints (unbounded in the reference) from overflowing i64.
+        return i64(((c + 2147483648) % 4294967296) - 2147483648)
 
     def _st_pick(self) -> i32:
         best = TOKEN_NULL
@@ -349,13 +330,6 @@ class NgramCache(StaticSource):
 
     # --- native internals ------------------------------------------------------------
 
-    # The probe loop (linear probing from the hash until the entry or an empty slot, -1) is
-    # written out in each of _find, _intern, _pair_find and _bump on purpose: with one shared
-    # ``_key_slot``/``_pair_slot`` method returning the slot, mypyc emits a native call plus a
-    # second read of the table per lookup, and build_static/update measured ~5 % slower
-    # (process time, medians of 12 interleaved runs, 1M and 300k tokens). The rehash, which is
-    # not per token, shares ``empty_slot``.
-
     def _find(self, w0: i64, w1: i64) -> i64:
         """Ordinal of the packed key, -1 if absent."""
         slots = self._slots
@@ -377,7 +351,10 @@ class NgramCache(StaticSource):
         k0 = self._k0
         k1 = self._k1
         for kid in range(len(k0)):
-            slots[empty_slot(slots, key_hash(k0[kid], k1[kid]) & mask, mask)] = i32(kid)
+            h = key_hash(k0[kid], k1[kid]) & mask
+            while slots[h] >= 0:
+                h = (h + 1) & mask
+            slots[h] = i32(kid)
         self._slots = slots
         self._smask = mask
 
@@ -430,7 +407,10 @@ class NgramCache(StaticSource):
         nkey = self._nkey
         ntok = self._ntok
         for nid in range(len(ntok)):
-            pslots[empty_slot(pslots, pair_hash(i64(nkey[nid]), ntok[nid]) & mask, mask)] = i32(nid)
+            h = pair_hash(i64(nkey[nid]), ntok[nid]) & mask
+            while pslots[h] >= 0:
+                h = (h + 1) & mask
+            pslots[h] = i32(nid)
         self._pslots = pslots
         self._pmask = mask
 
@@ -821,14 +801,11 @@ def try_primary(
     if len(c._k0) == 0:
         return NULL32
     pos = i64(len(seq))
-    top = nmax - nmin
-    # The reference's ``for i in range(top, -1, -1)``, longest n-gram first. mypyc compiles a
-    # range with a negative step through tagged Python ints (CPyTagged_* calls in the generated
-    # C) but one with the default step on i64 natively, hence the count up and ``top - k``.
-    for k in range(top + 1):
-        i = top - k  # indexes the threshold tables
+    i = nmax - nmin
+    while i >= 0:
         n = nmin + i
-        if n > avail:  # spec 9: the n-gram would start before position 0
+        i -= 1
+        if n > avail:
             continue
         p = pos - n
         t0 = seq[p]
@@ -839,9 +816,9 @@ def try_primary(
         if kid < 0:
             continue
         total = c._sum[kid]
-        if total < min_sample(strict, i):
+        if total < min_sample(strict, i + 1):
             continue
-        pct = min_percent(strict, i)
+        pct = min_percent(strict, i + 1)
         mx = c._max[kid]
         # Lemire's precheck (spec 10): the selected count is <= the max, so this cannot pass later.
         if 100 * mx < pct * total:

@@ -2,10 +2,8 @@
 
 Opening costs O(1): the 96-byte header is checked and the file is memory-mapped (or, with
 ``in_memory=True``, read into one ``bytes``). Lookups read the flat little-endian arrays
-with ``librt.strings.read_i32_le``/``read_i64_le``, which mypyc compiles to an inline bounds
-check and a 4- or 8-byte ``memcpy`` load from a ``bytes`` object (no Python objects; see
-``CPyBytes_ReadI32LE`` in mypyc's ``lib-rt``), plus a test of the error sentinel.
-An ``mmap`` is not a ``bytes``, so in mmap mode each lookup slices the
+with ``librt.strings.read_i32_le``/``read_i64_le``, which mypyc compiles to direct loads on a
+``bytes`` object. An ``mmap`` is not a ``bytes``, so in mmap mode each lookup slices the
 few bytes it needs (a slot, a key, two starts, a pick, then the followers' tokens and
 counts) into small ``bytes`` objects and reads those.
 
@@ -42,7 +40,6 @@ from lookupdec.fast._core import (
     StaticSource,
     filled_i32,
     key_words,
-    low32,
     pack,
 )
 
@@ -177,7 +174,7 @@ class IndexBuilder:
         keys = self.keys
         for o in range(n_keys):
             kw = keys[o]
-            h = static_slot(i32(kw >> 32), low32(kw), bits)
+            h = static_slot(i32(kw >> 32), i32(((kw & M32) ^ 0x80000000) - 0x80000000), bits)
             while slots[h] >= 0:
                 h = (h + 1) & mask
             slots[h] = i32(o)
@@ -242,7 +239,7 @@ def index_bytes_from_cache(cache: NgramCache) -> bytes:
             toks = append(toks, cache._ntok[node])
             cnts = append(cnts, cache._ncnt[node])
             node = i64(cache._nnext[node])
-        b.add(i32(w0 >> 32), low32(w0), toks, cnts)
+        b.add(i32(w0 >> 32), i32(((w0 & M32) ^ 0x80000000) - 0x80000000), toks, cnts)
     return b.to_bytes()
 
 
@@ -546,8 +543,7 @@ class StaticIndex(StaticSource):
         bt = self._bt
         ct = self._ct
         lo: i64 = 0
-        # Halve a fixed number of times for a given length. The select is a C conditional on
-        # native ints; whether the C compiler emits a cmov or a branch for it is its choice.
+        # Halve a fixed number of times for a given length; the select compiles to a cmov.
         while n > 1:
             half = n >> 1
             lo = lo + half if read_i32_le(bt, ct + 4 * (lo + half)) <= tok else lo
@@ -573,14 +569,14 @@ class StaticIndex(StaticSource):
     def _key_of(self, o: i64) -> Key:
         """The 4-slot key of ordinal ``o``."""
         w = self._rd64(self._o_keys + 8 * o)
-        return (int(w >> 32), int(low32(w)), -1, -1)
+        return (int(w >> 32), int(((w & M32) ^ 0x80000000) - 0x80000000), -1, -1)
 
     def _ordinal(self, key: Sequence[object]) -> i64:
         """Ordinal of a 4-slot key (a padded 2-gram), -1 if absent."""
         ok, w0, w1 = key_words(key)
         if not ok or w1 != PAD_WORD:
             return -1
-        return self._find(i32(w0 >> 32), low32(w0))
+        return self._find(i32(w0 >> 32), i32(((w0 & M32) ^ 0x80000000) - 0x80000000))
 
     def part(self, key: Key) -> dict[int, int] | None:
         """The followers of a padded key as a new dict, or None (the reference's ``part``)."""
