@@ -405,3 +405,39 @@ def test_rewriting_a_mapped_index_leaves_the_mapping_intact(tmp_path: Path) -> N
 def test_load_help_documents_sigbus(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "stats", "--help")
     assert code == 0 and "SIGBUS" in out
+
+
+def _replay_outcome(impl_name: str, path: str, in_memory: bool, tokens: list[int]) -> tuple[str, object]:
+    impl = ref if impl_name == "reference" else fast_impl()
+    try:
+        static = _pipeline.load_static(impl, path, in_memory=in_memory)
+        r = impl.replay(tokens, 8, 4, static, impl.NgramCache())
+    except CacheFormatError as e:
+        assert path in str(e)  # the error names the file
+        return "error", None
+    return "ok", (r.n_drafted, r.n_accept, r.n_predict)
+
+
+def test_every_int32_of_an_index_body_refused_or_same_counts(tmp_path: Path) -> None:
+    """Item 3: each 4-byte word of the body (slots .. counts) set to 0, -1 and 2**31-1, one at a
+    time: the reference's reader and the fast path (mapped and loaded) both refuse the file or
+    give the same counts."""
+    seed = tmp_path / "seed.lkdc"
+    make_index(seed)
+    original = seed.read_bytes()
+    tokens = CORPUS * 3
+    path = tmp_path / "m.lkdc"
+    seen = {"error": 0, "ok": 0}
+    for offset in range(96, len(original), 4):
+        for value in (0, -1, 2**31 - 1):
+            data = bytearray(original)
+            struct.pack_into("<i", data, offset, value)
+            path.write_bytes(bytes(data))
+            outcomes = [
+                _replay_outcome("reference", str(path), False, tokens),
+                _replay_outcome("fast", str(path), False, tokens),
+                _replay_outcome("fast", str(path), True, tokens),
+            ]
+            assert outcomes[0] == outcomes[1] == outcomes[2], (offset, value, outcomes)
+            seen[outcomes[0][0]] += 1
+    assert seen["error"] and seen["ok"]  # both outcomes happen: the test exercises the checks
