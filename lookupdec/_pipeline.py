@@ -10,6 +10,7 @@ file (no key table) is opened as a ``formats.ForkStatic`` that either implementa
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -76,11 +77,19 @@ def available_implementations() -> list[str]:
 
 
 def require_file(path: str, what: str) -> None:
-    """UsageError unless ``path`` is an existing file (``what`` says which input it is)."""
-    if not os.path.exists(path):
-        raise UsageError(f"{path}: no such file ({what})")
-    if os.path.isdir(path):
-        raise UsageError(f"{path}: is a folder, not a file ({what})")
+    """UsageError unless ``path`` is an existing regular file (``what`` says which input it is).
+
+    Checked with ``stat`` before anything opens it: opening a fifo would block forever, and a
+    device (``/dev/null``, ``/dev/zero``) is not a file lookupdec can read as a cache or text.
+    """
+    from lookupdec._atomic import file_kind
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file ({what})") from None
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{path}: is {file_kind(mode)}, not a regular file ({what})")
 
 
 def load_cache(impl: ModuleType, path: str) -> Any:
@@ -92,22 +101,35 @@ def load_cache(impl: ModuleType, path: str) -> Any:
     return impl.NgramCache.from_contents(read_as_contents(path))
 
 
-def load_static(impl: ModuleType, path: str, *, in_memory: bool = False) -> Any:
+def load_static(impl: ModuleType, path: str, *, in_memory: bool = False, verify: bool = False) -> Any:
     """Open a static cache file of any format for drafting with ``impl``.
 
-    The fast path opens every format itself (a lookupdec index in O(1)); the reference
-    reads legacy files and gets the others as contents; a fork v1 file has no key table
-    and stays a :class:`~lookupdec.formats.ForkStatic` for both.
+    A lookupdec index opens in O(1) in both implementations, with the same header checks
+    and the same per-lookup checks (the fast path's ``StaticIndex``, the reference's
+    :class:`~lookupdec.formats.LookupdecIndexReader`), so a corrupt index gives the same
+    error, or the same drafts, in both. The fast path opens every other format itself; the
+    reference reads legacy files and gets fork v2 files as contents; a fork v1 file has no
+    key table and stays a :class:`~lookupdec.formats.ForkStatic` for both. ``verify`` runs
+    the format's full check first (for a lookupdec index: checksum and every rule).
+    A 0-byte file is an error (a static cache is never empty: most likely a failed write).
     """
-    from lookupdec.formats import ForkStatic, detect_format
+    from lookupdec.formats import ForkStatic, LookupdecIndexReader, detect_format
+    from lookupdec.formats.detect import refuse_empty_static
 
     require_file(path, "static cache, -lcs")
+    refuse_empty_static(path)
     fmt = detect_format(path)
     if fmt == "fork-v1":
         return ForkStatic(path)
-    if fmt != "llama" and impl.IMPLEMENTATION == "reference":
-        return load_cache(impl, path)
-    return impl.load_static(path, in_memory=in_memory)
+    if impl.IMPLEMENTATION == "reference":
+        if fmt == "lookupdec":
+            reader = LookupdecIndexReader(path)
+            if verify:
+                reader.verify()
+            return reader
+        if fmt != "llama":
+            return load_cache(impl, path)
+    return impl.load_static(path, in_memory=in_memory, verify=verify)
 
 
 def load_dynamic(impl: ModuleType, path: str | None) -> Any:
@@ -173,6 +195,29 @@ def write_cache(cache: Any, path: str, fmt: str, vocab_size: int = 0, vocab_fing
     write_static(cache.items(), path, fmt, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
 
 
+INT32_MAX = 2**31 - 1
+
+
+def saturate_counts(impl: ModuleType, cache: Any, path: str) -> Any:
+    """``cache``, or a copy with every count above 2^31-1 set to 2^31-1, and one warning naming ``path``.
+
+    Merged counts can pass what any cache format holds (int32). The policy, the same for
+    both implementations: saturate, warn once, write the file (``lookupdec merge`` exits 0).
+    """
+    n_over = sum(1 for _, part in cache.items() for c in part.values() if c > INT32_MAX)
+    if not n_over:
+        return cache
+    import warnings
+
+    warnings.warn(
+        f"{path}: {n_over} merged count(s) above 2^31-1 saturated at {INT32_MAX} (no cache format holds more)",
+        stacklevel=2,
+    )
+    return impl.NgramCache.from_contents(
+        (key, [(t, min(c, INT32_MAX)) for t, c in sorted(part.items())]) for key, part in cache.items()
+    )
+
+
 def ngram_sizes(keys: Iterable[Sequence[int]]) -> dict[int, int]:
     """How many of ``keys`` (padded 4-slot keys) are of each n-gram size (1..4)."""
     sizes: dict[int, int] = {}
@@ -199,13 +244,14 @@ def replay_stats(
     n_ctx: int = 4096,
     n_draft: int = 8,
     in_memory: bool = False,
+    verify: bool = False,
     progress: ProgressCallback | None = None,
 ) -> dict[str, Any]:
     """Load the caches, replay ``tokens`` like llama-lookup-stats, and return the ``stats --json`` fields."""
     from lookupdec.formats import detect_format
 
     t0 = time.perf_counter()
-    nc_static = load_static(impl, static, in_memory=in_memory) if static is not None else None
+    nc_static = load_static(impl, static, in_memory=in_memory, verify=verify) if static is not None else None
     nc_dynamic = load_dynamic(impl, dynamic)
     t_load = time.perf_counter() - t0
     result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
 import lookupdec
+from lookupdec._atomic import check_output_path
 from lookupdec._pipeline import (
     UsageError,
     build_static_cache,
@@ -33,10 +34,12 @@ from lookupdec._pipeline import (
     replay_stats,
     require_file,
     resolve_impl,
+    saturate_counts,
     write_cache,
 )
 from lookupdec.errors import LookupdecError
 
+INT32_MAX = 2**31 - 1
 EXIT_OK = 0
 EXIT_ERROR = 2
 """Exit code of every usage or input error (like argparse's own)."""
@@ -82,9 +85,10 @@ def _want_progress(args: argparse.Namespace) -> bool:
 
 
 def _load_input(args: argparse.Namespace, path: str) -> list[int]:
-    from lookupdec.tokens import load_tokens
+    from lookupdec.tokens import check_token_ids, load_tokens
 
     arr = load_tokens(path, tokens=args.tokens, tokenizer=args.tokenizer, add_bos=args.add_bos)
+    check_token_ids(path, arr, raw=args.tokenizer is None and not path.lower().endswith(".npy"))
     result: list[int] = arr.tolist()
     return result
 
@@ -106,6 +110,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     impl = resolve_impl(args.impl)
     for path in args.corpus:
         require_file(path, "corpus")
+    check_output_path(args.output, args.corpus)  # before the work: not a device, not a corpus
     t0 = time.perf_counter()
     corpora = [_load_input(args, path) for path in args.corpus]
     t_read = time.perf_counter() - t0
@@ -134,12 +139,17 @@ def cmd_create(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _check_replay_options(args: argparse.Namespace) -> None:
+    """-c and --n-draft within llama.cpp's ranges (int32), as one clear line."""
+    if not 1 <= args.n_ctx <= INT32_MAX:
+        raise UsageError(f"-c/--ctx-size must be between 1 and {INT32_MAX} (llama.cpp's int), got {args.n_ctx}")
+    if not 0 <= args.n_draft <= INT32_MAX:
+        raise UsageError(f"--n-draft must be between 0 and {INT32_MAX} (llama.cpp's int), got {args.n_draft}")
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     """``lookupdec stats``: replay a text (llama-lookup-stats)."""
-    if args.n_ctx < 1:
-        raise UsageError(f"-c/--ctx-size must be >= 1, got {args.n_ctx}")
-    if args.n_draft < 0:
-        raise UsageError(f"--n-draft must be >= 0, got {args.n_draft}")
+    _check_replay_options(args)
     impl = resolve_impl(args.impl)
     require_file(args.replay, "replay text")
     if args.static is not None:
@@ -154,9 +164,18 @@ def cmd_stats(args: argparse.Namespace) -> int:
             n_ctx=args.n_ctx,
             n_draft=args.n_draft,
             in_memory=args.load,
+            verify=args.verify,
             progress=progress,
         )
     stats["replay"] = args.replay
+    if len(tokens) <= args.n_ctx:
+        # llama-lookup-stats replays chunks while start + n_ctx < n_tokens: none here. Keep
+        # its counts (all zero), but say why, since exit 0 with zeros looks like a result.
+        warnings.warn(
+            f"{args.replay}: {len(tokens):,} tokens, not more than -c {args.n_ctx:,}: nothing is replayed "
+            "(llama.cpp does the same); give a smaller -c",
+            stacklevel=1,
+        )
     if args.json:
         print(json.dumps(stats, sort_keys=False))
         return EXIT_OK
@@ -183,9 +202,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
     impl = resolve_impl(args.impl)
     for path in args.inputs:
         require_file(path, "cache to merge")
+    check_output_path(args.output, args.inputs)  # before the work: not a device, not an input
     merged = impl.NgramCache()
     for path in args.inputs:
         merged.merge(load_cache(impl, path))
+    merged = saturate_counts(impl, merged, args.output)
     write_cache(merged, args.output, args.format)
     if not args.quiet:
         print(
@@ -294,6 +315,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """``lookupdec demo``: the pipeline on the shipped data."""
     from lookupdec.demo import run_demo
 
+    _check_replay_options(args)
     impls = [args.impl] if args.impl else None
     if impls:
         resolve_impl(impls[0])
@@ -446,7 +468,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of llama.cpp's lines")
     p.add_argument(
         "--load", action="store_true",
-        help="copy the static file into memory instead of memory-mapping it (fastest lookups, slower open)",
+        help="copy the static file into memory instead of memory-mapping it (fastest lookups, slower open). "
+        "Without it a lookupdec index is memory-mapped: a program that truncates or rewrites the file in "
+        "place while stats runs can make it die with SIGBUS (lookupdec itself always writes a new file and "
+        "renames it, never in place)",
+    )  # fmt: skip
+    p.add_argument(
+        "--verify", action="store_true",
+        help="fully check the static cache before replaying (for a lookupdec index: checksum and every rule; "
+        "opening it otherwise checks only the header, and each part when it is first looked up)",
     )  # fmt: skip
     _add_input_options(p)
     _add_impl_option(p)

@@ -53,6 +53,24 @@ def read_tokens(path: str | os.PathLike[str]) -> TokenArray:
     return data.astype(np.int32, copy=False)
 
 
+def check_token_ids(path: str | os.PathLike[str], ids: TokenArray, *, raw: bool = False) -> None:
+    """TokenFileError at the first negative id, naming its position (and byte offset if ``raw``).
+
+    The API accepts any int32 id; a corpus or replay given to the command line is text of
+    a vocabulary, where no id is negative (-1 is llama.cpp's "no token", and a key padding).
+    Without this a -1 made keys look like shorter n-grams, and misleading errors later.
+    """
+    if ids.size:
+        bad = np.flatnonzero(ids < 0)
+        if bad.size:
+            i = int(bad[0])
+            raise TokenFileError(
+                path,
+                f"token id {int(ids[i])} at position {i} is negative; token ids are >= 0",
+                4 * i if raw else None,
+            )
+
+
 def _read_npy(name: str) -> TokenArray:
     fmt = np.lib.format
     try:

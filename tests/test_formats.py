@@ -622,7 +622,7 @@ def test_fork_v2_key_table_checked(tmp_path: Path) -> None:
     rows: list[tuple[int, str, int | bytes, str]] = [
         (table + 8, "<Q", (n_entries << 24) | 1, "outside"),  # span past the end
         (table + 8, "<Q", (0 << 24) | 0, "empty"),  # zero-length span
-        (table + 8, "<Q", (1 << 24) | 2, "constmap"),  # inside, but not what the map says
+        (table + 8, "<Q", (1 << 24) | 2, "constmap|overlap"),  # inside, not what the map says (and overlapping)
         (table + 16, "<ii", 0, "twice"),  # the second key = the first
         (table, "<i", 4242, "constmap"),  # a key the map does not hold
     ]

@@ -582,7 +582,13 @@ class NgramCache(StaticSource):
         self._reset()
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the cache in llama.cpp's legacy format (atomically: temp file, then rename)."""
+        """Write the cache in llama.cpp's legacy format (atomically: temp file, then rename).
+
+        This overwrites ``path`` with this cache alone, as llama.cpp's ``save`` does: when
+        several processes share one dynamic cache file, the last save wins and the others'
+        new counts are lost. Use ``Drafter.save()``, which merges this process's new counts
+        into the file under an exclusive lock, for a shared file.
+        """
         from lookupdec._atomic import atomic_writer
 
         data = self._encode_legacy()
@@ -610,12 +616,11 @@ class NgramCache(StaticSource):
     def load(cls, path: str | os.PathLike[str], *, strict: bool = False) -> NgramCache:
         """Read a cache file in any supported format (detected by its first bytes)."""
         from lookupdec.formats import detect_format, read_as_contents
+        from lookupdec.formats.detect import read_all
 
         fmt = detect_format(path)
         if fmt == "llama":
-            with open(path, "rb") as f:
-                data = f.read()
-            return parse_legacy(data, path, strict)
+            return parse_legacy(read_all(path), path, strict)
         return NgramCache.from_contents(read_as_contents(path))
 
     # --- reading ---------------------------------------------------------------------

@@ -7,7 +7,11 @@ reference implementation, may import this one without pulling in numpy or fastco
 from __future__ import annotations
 
 import os
-from typing import Final
+import stat
+from typing import BinaryIO, Final
+
+from lookupdec._atomic import file_kind
+from lookupdec.errors import CacheFormatError
 
 FORMATS = ("lookupdec", "llama", "fork-v1", "fork-v2")
 """Every format name :func:`detect_format` returns and :func:`write_static` accepts."""
@@ -28,13 +32,35 @@ NULL: Final = -1
 """Padding of unused key slots (llama.cpp's ``LLAMA_TOKEN_NULL``)."""
 
 
-def detect_format(path: str | os.PathLike[str]) -> str:
-    """The format of a cache file, from its first 8 bytes (legacy files have no magic)."""
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """Open a cache file for reading; :class:`CacheFormatError` unless it is a regular file.
+
+    A fifo would block ``open`` (and every read) forever and a device reads as anything, so
+    the file is opened non-blocking and checked with ``fstat`` (no race with a rename)
+    before a byte is read. FileNotFoundError names the file as a cache file.
+    """
     try:
-        with open(path, "rb") as f:
-            head = f.read(8)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise FileNotFoundError(f"{os.fspath(path)}: no such cache file") from None
+        raise FileNotFoundError(2, "no such cache file", os.fspath(path)) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise CacheFormatError(path, f"is {file_kind(mode)}, not a regular file: a cache must be a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """The format of a cache file, from its first 8 bytes (legacy files have no magic).
+
+    Raises :class:`CacheFormatError` when ``path`` is not a regular file (see :func:`open_regular`).
+    """
+    with open_regular(path) as f:
+        head = f.read(8)
     if head == MAGIC_FORK_V1:
         return "fork-v1"
     if head == MAGIC_FORK_V2:
@@ -45,9 +71,19 @@ def detect_format(path: str | os.PathLike[str]) -> str:
 
 
 def read_all(path: str | os.PathLike[str]) -> bytes:
-    """The whole file as bytes; FileNotFoundError names it as a cache file."""
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{os.fspath(path)}: no such cache file") from None
+    """The whole file as bytes; a regular file only (see :func:`open_regular`)."""
+    with open_regular(path) as f:
+        return f.read()
+
+
+def refuse_empty_static(path: str | os.PathLike[str]) -> None:
+    """:class:`CacheFormatError` if ``path`` is a 0-byte file: never a valid static cache.
+
+    An empty legacy file decodes to an empty cache, which llama.cpp accepts; as a *dynamic*
+    cache that is right (a new, empty one), but a 0-byte *static* cache is almost always a
+    write that failed, and drafting without it would silently report poor numbers.
+    """
+    if os.path.getsize(path) == 0:
+        raise CacheFormatError(
+            path, "empty file (0 bytes) given as a static cache; a static cache is never empty (a failed write?)"
+        )

@@ -151,10 +151,20 @@ class ForkStatic:
                 f"{int(offs[i])} is empty or outside the {self.n_entries} entries",
                 self._table_offset + 16 * i + 8,
             )
-        if int(lens.sum()) > self.n_entries:
-            # Not something the fork checks, but no writer makes overlapping runs and
-            # expanding them would cost memory without bound.
-            raise CacheFormatError(self.path, "key table spans overlap (they cover more entries than the file holds)")
+        # Not something the fork checks, but no writer makes overlapping runs (two keys
+        # sharing followers), and expanding them would cost memory without bound: each
+        # span, in offset order, must end at or before the next one starts.
+        by_start = np.argsort(offs, kind="stable")
+        ends = offs[by_start] + lens[by_start]
+        overlap = np.flatnonzero(ends[:-1] > offs[by_start][1:])
+        if len(overlap):
+            i, j = int(by_start[overlap[0]]), int(by_start[overlap[0] + 1])
+            raise CacheFormatError(
+                self.path,
+                f"key table rows {i} and {j}: spans overlap (entries {int(offs[i])}..{int(ends[overlap[0]]) - 1} "
+                f"and {int(offs[j])}..{int(offs[j] + lens[j]) - 1})",
+                self._table_offset + 16 * j + 8,
+            )
         packed = pack_keys(t0, t1)
         order = np.argsort(packed, kind="stable")
         dup = np.flatnonzero(packed[order][1:] == packed[order][:-1])

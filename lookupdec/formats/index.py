@@ -7,7 +7,6 @@ import mmap
 import os
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final
 
@@ -16,104 +15,31 @@ import numpy as np
 from lookupdec._atomic import atomic_writer
 from lookupdec.errors import CacheFormatError
 from lookupdec.formats._tables import I32Array, I64Array, Table, check_runs, pack_keys, run_indices
-from lookupdec.formats.detect import INT32_MAX, INT32_MIN, MAGIC_LOOKUPDEC, NULL, ContentsItem, Key
+from lookupdec.formats.detect import INT32_MAX, INT32_MIN, MAGIC_LOOKUPDEC, NULL, ContentsItem, Key, open_regular
+from lookupdec.formats.index_header import (
+    _OFF_CHECKSUM,
+    _OFF_FLAGS,
+    _OFF_RESERVED,
+    _OFF_TOTAL_COUNT,
+    _align8,
+    check_part,
+)
+from lookupdec.formats.index_header import (
+    INDEX_HEADER_SIZE as INDEX_HEADER_SIZE,
+)
+from lookupdec.formats.index_header import (
+    INDEX_VERSION as INDEX_VERSION,
+)
+from lookupdec.formats.index_header import (
+    _IndexHeader as _IndexHeader,
+)
+from lookupdec.formats.index_header import (
+    index_header as index_header,
+)
 
-INDEX_VERSION: Final = 1
-"""The version of the lookupdec static index this module reads and writes."""
-INDEX_HEADER_SIZE: Final = 96
-_INDEX_HEADER: Final = struct.Struct("<8sIIIIQQQQ8sQQ8sQ")
 _HASH_MULT: Final = 0x9E3779B97F4A7C15
 _MASK64: Final = (1 << 64) - 1
-_OFF_CHECKSUM: Final = 80
-_OFF_TOTAL_COUNT: Final = 64
-_OFF_FLAGS: Final = 20
-_OFF_RESERVED: Final = 88
-
-assert _INDEX_HEADER.size == INDEX_HEADER_SIZE
-
-
-def _align8(n: int) -> int:
-    return (n + 7) & ~7
-
-
-@dataclass(frozen=True)
-class _IndexHeader:
-    version: int
-    header_size: int
-    ngram_size: int
-    flags: int
-    n_keys: int
-    n_entries: int
-    n_slots: int
-    vocab_size: int
-    vocab_fingerprint: bytes
-    total_count: int
-    file_size: int
-    checksum: bytes
-    reserved: int
-
-    @property
-    def slots_offset(self) -> int:
-        return INDEX_HEADER_SIZE
-
-    @property
-    def keys_offset(self) -> int:
-        return _align8(self.slots_offset + 4 * self.n_slots)
-
-    @property
-    def starts_offset(self) -> int:
-        return _align8(self.keys_offset + 8 * self.n_keys)
-
-    @property
-    def picks_offset(self) -> int:
-        return _align8(self.starts_offset + 8 * (self.n_keys + 1))
-
-    @property
-    def tokens_offset(self) -> int:
-        return _align8(self.picks_offset + 4 * self.n_keys)
-
-    @property
-    def counts_offset(self) -> int:
-        return _align8(self.tokens_offset + 4 * self.n_entries)
-
-    @property
-    def end(self) -> int:
-        return self.counts_offset + 4 * self.n_entries
-
-
-def index_header(path: str | os.PathLike[str], head: bytes | mmap.mmap, real_size: int) -> _IndexHeader:
-    """Parse and check the header in constant time (the doc's "on open" checks)."""
-    if real_size < INDEX_HEADER_SIZE:
-        raise CacheFormatError(
-            path, f"file of {real_size} bytes is shorter than the {INDEX_HEADER_SIZE}-byte header", real_size
-        )
-    f = _INDEX_HEADER.unpack_from(head, 0)
-    if f[0] != MAGIC_LOOKUPDEC:
-        raise CacheFormatError(path, f"not a lookupdec static index (magic {f[0]!r})", 0)
-    h = _IndexHeader(*f[1:])
-    if h.version != INDEX_VERSION:
-        raise CacheFormatError(path, f"static index version {h.version} is not supported (only {INDEX_VERSION})", 8)
-    if h.header_size != INDEX_HEADER_SIZE:
-        raise CacheFormatError(path, f"header_size is {h.header_size}, expected {INDEX_HEADER_SIZE}", 12)
-    if h.ngram_size != 2:
-        raise CacheFormatError(path, f"ngram_size is {h.ngram_size}, only 2 is supported", 16)
-    if h.n_keys > h.n_entries:
-        raise CacheFormatError(path, f"n_keys {h.n_keys} > n_entries {h.n_entries}: every key has a follower", 24)
-    if h.n_keys > INT32_MAX:
-        raise CacheFormatError(path, f"n_keys {h.n_keys} does not fit the int32 slots", 24)
-    if h.n_slots < max(2, 2 * h.n_keys) or h.n_slots & (h.n_slots - 1):
-        raise CacheFormatError(
-            path, f"n_slots {h.n_slots} is not a power of two >= max(2, 2 * n_keys = {2 * h.n_keys})", 40
-        )
-    if h.file_size != real_size:
-        raise CacheFormatError(path, f"header says file_size {h.file_size}, the file has {real_size} bytes", 72)
-    if h.end != real_size:
-        raise CacheFormatError(
-            path,
-            f"n_keys = {h.n_keys}, n_entries = {h.n_entries}, n_slots = {h.n_slots} need {h.end} bytes, "
-            f"the file has {real_size}",
-        )
-    return h
+_INDEX_HEADER = struct.Struct("<8sIIIIQQQQ8sQQ8sQ")
 
 
 def _index_checksum(body: bytes | memoryview) -> bytes:
@@ -274,16 +200,13 @@ class LookupdecIndexReader:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size < INDEX_HEADER_SIZE:
-                    raise CacheFormatError(
-                        path, f"file of {size} bytes is shorter than the {INDEX_HEADER_SIZE}-byte header", size
-                    )
-                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{self.path}: no such cache file") from None
+        with open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < INDEX_HEADER_SIZE:
+                raise CacheFormatError(
+                    path, f"file of {size} bytes is shorter than the {INDEX_HEADER_SIZE}-byte header", size
+                )
+            self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
             self._h = index_header(path, self._mm, size)
         except BaseException:
@@ -350,11 +273,18 @@ class LookupdecIndexReader:
         o = self._ordinal(key[0], key[1])
         if o < 0:
             return None
+        toks, cnts = self._checked_part(o)
+        return dict(zip(toks, cnts, strict=True))
+
+    def _checked_part(self, o: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Tokens and counts of key ordinal ``o`` after the per-lookup checks (``check_part``)."""
         s, e = self._span(o)
         n = e - s
         toks = struct.unpack_from(f"<{n}i", self._mm, self._h.tokens_offset + 4 * s)
         cnts = struct.unpack_from(f"<{n}i", self._mm, self._h.counts_offset + 4 * s)
-        return dict(zip(toks, cnts, strict=True))
+        (pick,) = struct.unpack_from("<i", self._mm, self._h.picks_offset + 4 * o)
+        check_part(self.path, o, toks, cnts, pick, self._h.tokens_offset + 4 * s)
+        return toks, cnts
 
     def get(self, ngram: Sequence[int]) -> dict[int, int]:
         """The followers of a 2-gram (or padded key) as a new dict; empty if absent."""
@@ -370,6 +300,7 @@ class LookupdecIndexReader:
         o = self._ordinal(key[0], key[1])
         if o < 0:
             return NULL
+        self._checked_part(o)
         (p,) = struct.unpack_from("<i", self._mm, self._h.picks_offset + 4 * o)
         return int(p)
 

@@ -102,7 +102,13 @@ class NgramCache:
         self._map.clear()
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the cache in llama.cpp's legacy format (atomically: temp file, then rename)."""
+        """Write the cache in llama.cpp's legacy format (atomically: temp file, then rename).
+
+        This overwrites ``path`` with this cache alone, as llama.cpp's ``save`` does: when
+        several processes share one dynamic cache file, the last save wins and the others'
+        new counts are lost. Use ``Drafter.save()``, which merges this process's new counts
+        into the file under an exclusive lock, for a shared file.
+        """
         write_legacy(self.contents(), path)
 
     @classmethod

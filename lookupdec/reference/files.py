@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from lookupdec.errors import CacheFormatError
-from lookupdec.formats.detect import detect_format
+from lookupdec.formats.detect import detect_format, refuse_empty_static
 from lookupdec.formats.legacy import decode_legacy
 from lookupdec.formats.legacy import encode_legacy as _encode_contents
 from lookupdec.reference.cache import NgramCache
@@ -49,13 +49,17 @@ def load_cache(path: str | os.PathLike[str], *, strict: bool = False) -> NgramCa
     return NgramCache.load(path, strict=strict)
 
 
-def load_static(path: str | os.PathLike[str], *, in_memory: bool = False, strict: bool = False) -> PartSource:
+def load_static(
+    path: str | os.PathLike[str], *, in_memory: bool = False, strict: bool = False, verify: bool = False
+) -> PartSource:
     """Open a legacy static cache for drafting (the whole file is read into dicts).
 
     ``in_memory`` is accepted for API parity with :mod:`lookupdec.fast` and has no effect.
     Other formats raise :class:`CacheFormatError` saying how to convert them: a fork v1
     file (no key table) is opened with ``lookupdec.formats.ForkStatic(path)``, the others
     through ``NgramCache.from_contents(lookupdec.formats.read_as_contents(path))``.
+    ``verify`` reads strictly (trailing bytes are an error; the whole file is decoded
+    anyway). A 0-byte file is an error: a static cache is never empty (a failed write?).
     """
     del in_memory  # the reference has only one way to hold a cache
     if detect_format(path) == "fork-v1":
@@ -64,4 +68,5 @@ def load_static(path: str | os.PathLike[str], *, in_memory: bool = False, strict
             "a fork-v1 file: the pure-Python reference reads only llama.cpp's legacy format; "
             "open it with lookupdec.formats.ForkStatic(path)",
         )
-    return NgramCache.load(path, strict=strict)
+    refuse_empty_static(path)
+    return NgramCache.load(path, strict=strict or verify)
