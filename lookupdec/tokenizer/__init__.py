@@ -63,7 +63,9 @@ class Tokenizer:
         if vocab.model == "gpt2":
             from lookupdec.tokenizer.bpe import BpeModel, pre_type
 
-            self._bpe: BpeModel | None = BpeModel(pre_type(vocab.pre), vocab.tokens, vocab.types, vocab.merges)
+            self._bpe: BpeModel | None = BpeModel(
+                pre_type(vocab.pre), vocab.tokens, vocab.types, lambda: vocab.merges, vocab.header_digest
+            )
             self._spm = None
             self.engine = self._bpe.engine
         else:

@@ -25,7 +25,10 @@ Engines, chosen per vocabulary:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import itertools
+import os
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
@@ -131,51 +134,100 @@ def byte_decoder() -> dict[str, int]:
     return {chr(c): b for b, c in zip(bs, cs, strict=True)}
 
 
+@cache
+def _byte_table() -> dict[int, int]:
+    # str.translate table: alphabet character -> its byte; any other character below 256 -> a
+    # character latin-1 cannot encode, so that a text outside the alphabet fails to encode.
+    table = {c: 0x10FFFF for c in range(256)}
+    table.update({ord(ch): b for ch, b in byte_decoder().items()})
+    return table
+
+
 def token_bytes(text: str) -> bytes | None:
     """The bytes a byte-level BPE token text stands for; ``None`` if it has a character outside the alphabet."""
-    dec = byte_decoder()
     try:
-        return bytes(dec[c] for c in text)
-    except KeyError:
+        return text.translate(_byte_table()).encode("latin-1")
+    except UnicodeEncodeError:
         return None
 
 
-def tiktoken_ranks(tokens: Sequence[str], types: Sequence[int], merges: Sequence[str]) -> dict[bytes, int] | None:
-    """tiktoken's ``mergeable_ranks`` (bytes -> id) when tiktoken gives llama.cpp's ignore_merges ids, else None.
+def byte_ranks(tokens: Sequence[str], types: Sequence[int]) -> dict[bytes, int] | None:
+    """tiktoken's ``mergeable_ranks`` (bytes -> id of each normal token); None if not a byte-level vocabulary.
 
-    Checks (see the module docstring for why they suffice): every normal token maps to distinct
-    bytes and all 256 single bytes are normal tokens; the merges, in order, produce tokens of
-    non-decreasing id, each merge's parts being normal tokens; every way of splitting a normal
-    multi-byte token into two normal tokens is a merge.
+    None when two normal tokens stand for the same bytes, a text is outside GPT-2's alphabet,
+    or a single byte is not a normal token (tiktoken needs every byte).
     """
-    ranks: dict[bytes, int] = {}
-    for i, (text, ttype) in enumerate(zip(tokens, types, strict=False)):
-        if ttype != 1:
-            continue
-        b = token_bytes(text)
-        if b is None or b in ranks:
-            return None
-        ranks[b] = i
-    if any(bytes([x]) not in ranks for x in range(256)):
+    ids = [i for i, ttype in enumerate(types) if ttype == 1]
+    texts = [tokens[i] for i in ids]
+    # One translate + encode over all texts at once (C speed, ~10x a per-token loop), then cut
+    # by the texts' lengths: GPT-2's alphabet has one character per byte.
+    try:
+        joined = "".join(texts).translate(_byte_table()).encode("latin-1")
+    except UnicodeEncodeError:
         return None
-    merge_set: set[tuple[bytes, bytes]] = set()
+    ends = list(itertools.accumulate(len(t) for t in texts))
+    parts = [joined[e - len(t) : e] for t, e in zip(texts, ends, strict=True)]
+    ranks = dict(zip(parts, ids, strict=True))
+    if len(ranks) != len(ids) or any(bytes([x]) not in ranks for x in range(256)):
+        return None
+    return ranks
+
+
+def tiktoken_exact(tokens: Sequence[str], types: Sequence[int], merges: Sequence[str]) -> bool:
+    """Whether tiktoken's rank BPE gives llama.cpp's ``ignore_merges`` pair-rank BPE ids for this vocabulary.
+
+    The merges, in order, must produce normal tokens of non-decreasing id from normal tokens,
+    and every way of splitting a normal multi-character token into two normal tokens must be
+    a merge: then at every step both pick the same pair (the lowest id of the result is the
+    lowest merge rank). Works on the token texts (GPT-2's alphabet is one character per byte).
+    ~0.5 s for Llama 3's 280K merges, so the answer is cached on disk per vocabulary.
+    """
+    normal = {t: i for i, (t, ty) in enumerate(zip(tokens, types, strict=False)) if ty == 1}
+    merge_set = set(merges)
+    if len(merge_set) != len(merges):
+        return False
     last = -1
     for m in merges:
-        a, sep, c = m.partition(" ")
-        ab, cb = token_bytes(a), token_bytes(c)
-        if not sep or ab is None or cb is None:
-            return None
-        rid = ranks.get(ab + cb)
-        if rid is None or rid < last or ab not in ranks or cb not in ranks:
-            return None
+        pos = m.find(" ", 1)
+        if pos < 0:
+            return False
+        a, c = m[:pos], m[pos + 1 :]
+        rid = normal.get(a + c)
+        if rid is None or rid < last or a not in normal or c not in normal:
+            return False
         last = rid
-        merge_set.add((ab, cb))
-    for b in ranks:
-        for k in range(1, len(b)):
-            left, right = b[:k], b[k:]
-            if left in ranks and right in ranks and (left, right) not in merge_set:
-                return None
-    return ranks
+    for t in normal:
+        for k in range(1, len(t)):
+            if t[:k] in normal and t[k:] in normal and f"{t[:k]} {t[k:]}" not in merge_set:
+                return False
+    return True
+
+
+def _cache_path(key: str) -> str:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "lookupdec", "tiktoken-exact", key)
+
+
+def _tiktoken_exact_cached(
+    key: str | None, tokens: Sequence[str], types: Sequence[int], merges: Callable[[], Sequence[str]]
+) -> bool:
+    """:func:`tiktoken_exact`, remembered in the user's cache folder under ``key`` (the GGUF header digest)."""
+    path = _cache_path(key) if key else None
+    if path is not None:
+        try:
+            with open(path) as f:
+                return f.read().strip() == "1"
+        except OSError:
+            pass
+    ok = tiktoken_exact(tokens, types, merges())
+    if path is not None:
+        with contextlib.suppress(OSError):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write("1" if ok else "0")
+            os.replace(tmp, path)
+    return ok
 
 
 class BpeModel:
@@ -186,16 +238,16 @@ class BpeModel:
         pre: PreType,
         tokens: Sequence[str],
         types: Sequence[int],
-        merges: Sequence[str],
-        check_tiktoken: bool = True,
+        merges: Callable[[], Sequence[str]],
+        cache_key: str | None = None,
     ) -> None:
         self.pre = pre
         self.engine = "tokenizers"
         self._tiktoken: Any = None
         self._hf: Any = None
-        if pre.ignore_merges and len(pre.regexes) == 1 and check_tiktoken:
-            ranks = tiktoken_ranks(tokens, types, merges)
-            if ranks is not None:
+        if pre.ignore_merges and len(pre.regexes) == 1:
+            ranks = byte_ranks(tokens, types)
+            if ranks is not None and _tiktoken_exact_cached(cache_key, tokens, types, merges):
                 import tiktoken
 
                 self._tiktoken = tiktoken.Encoding(
@@ -203,7 +255,7 @@ class BpeModel:
                 )
                 self.engine = "tiktoken"
         if self._tiktoken is None:
-            self._hf = _hf_bpe(tokens, merges, pre.ignore_merges)
+            self._hf = _hf_bpe(tokens, merges(), pre.ignore_merges)
 
     def encode(self, text: str, out: list[int]) -> None:
         """Append the ids of one raw fragment."""

@@ -15,6 +15,7 @@ value type, value. A string is ``uint64`` length + bytes; an array is ``uint32``
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import struct
@@ -102,6 +103,19 @@ class _Cursor:
             raise TokenFileError(self.name, f"unknown GGUF array item type {itype}", self.pos)
         raise TokenFileError(self.name, f"unknown GGUF value type {vtype}", self.pos)
 
+    def skip_strings(self, count: int) -> None:
+        """Walk over ``count`` strings without decoding them (a lazily read array)."""
+        mm, pos, end = self.raw, self.pos, len(self.buf)
+        unpack_from = struct.unpack_from
+        for _ in range(count):
+            if pos + 8 > end:
+                self.pos = pos
+                self.need(8)
+            pos += 8 + unpack_from("<Q", mm, pos)[0]
+        if pos > end:
+            self.need(pos - self.pos)
+        self.pos = pos
+
     def _strings(self, count: int) -> list[str]:
         # The hot loop of reading a vocabulary (128K tokens, 280K merges): slicing the mmap
         # object itself gives bytes directly (a memoryview slice would need a bytes() copy).
@@ -128,8 +142,31 @@ class _Cursor:
         return out
 
 
-def read_gguf_kv(path: str | os.PathLike[str]) -> dict[str, Any]:
+class LazyStrings:
+    """A string array of the header left undecoded until :meth:`load` (e.g. 280K BPE merges)."""
+
+    def __init__(self, path: str, offset: int, count: int) -> None:
+        self.path = path
+        self.offset = offset
+        self.count = count
+
+    def load(self) -> list[str]:
+        """Decode the strings (opens the file again)."""
+        with open(self.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            buf = memoryview(mm)
+            try:
+                cur = _Cursor(mm, buf, self.path)
+                cur.pos = self.offset
+                return cur._strings(self.count)
+            finally:
+                buf.release()
+
+
+def read_gguf_kv(path: str | os.PathLike[str], lazy: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The key-value header of the GGUF file ``path`` as a dict (numeric arrays as numpy arrays).
+
+    String arrays under the keys in ``lazy`` are returned as :class:`LazyStrings`. The key
+    ``"\0header_digest"`` holds a BLAKE2b digest of the whole header's bytes (a cache key).
 
     Raises :class:`TokenFileError` naming the file for anything that is not a readable GGUF
     header (bad magic, unsupported version, a cut-short file), :class:`FileNotFoundError` for a
@@ -143,12 +180,12 @@ def read_gguf_kv(path: str | os.PathLike[str]) -> dict[str, Any]:
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             buf = memoryview(mm)
             try:
-                return _parse(mm, buf, name)
+                return _parse(mm, buf, name, lazy)
             finally:
                 buf.release()
 
 
-def _parse(mm: mmap.mmap, buf: memoryview, name: str) -> dict[str, Any]:
+def _parse(mm: mmap.mmap, buf: memoryview, name: str, lazy: frozenset[str]) -> dict[str, Any]:
     if bytes(buf[:4]) != b"GGUF":
         raise TokenFileError(name, f"not a GGUF file (magic {bytes(buf[:4])!r}, expected b'GGUF')", 0)
     cur = _Cursor(mm, buf, name)
@@ -166,5 +203,15 @@ def _parse(mm: mmap.mmap, buf: memoryview, name: str) -> dict[str, Any]:
     for _ in range(n_kv):
         key = cur.string()
         vtype = cur.unpack("<I", 4)
+        if key in lazy and vtype == _ARRAY:
+            start = cur.pos
+            itype = cur.unpack("<I", 4)
+            count = cur.unpack("<Q", 8)
+            if itype == _STRING:
+                kv[key] = LazyStrings(name, cur.pos, count)
+                cur.skip_strings(count)
+                continue
+            cur.pos = start
         kv[key] = cur.value(vtype)
+    kv["\0header_digest"] = hashlib.blake2b(mm[: cur.pos], digest_size=16).hexdigest()
     return kv

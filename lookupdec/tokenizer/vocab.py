@@ -15,6 +15,7 @@ from typing import Any
 
 from lookupdec.errors import TokenFileError
 from lookupdec.tokenizer.errors import UnsupportedVocabError
+from lookupdec.tokenizer.gguf import LazyStrings
 
 # token types (tokenizer.ggml.token_type) and llama.cpp's attribute bits
 TYPE_NORMAL, TYPE_UNKNOWN, TYPE_CONTROL, TYPE_USER_DEFINED, TYPE_UNUSED, TYPE_BYTE = 1, 2, 3, 4, 5, 6
@@ -53,14 +54,22 @@ class Vocab:
     tokens: list[str]
     types: list[int]
     scores: list[float] | None
-    merges: list[str]
+    merges_source: list[str] | LazyStrings
     bos_id: int | None
     eos_id: int | None
     add_bos: bool
     add_eos: bool
     add_space_prefix: bool
     name: str = ""
+    header_digest: str | None = None
     attrs: list[int] = field(default_factory=list)
+
+    @property
+    def merges(self) -> list[str]:
+        """The BPE merges in rank order (decoded from the GGUF header on first use)."""
+        if isinstance(self.merges_source, LazyStrings):
+            self.merges_source = self.merges_source.load()
+        return self.merges_source
 
     @property
     def n_vocab(self) -> int:
@@ -122,7 +131,7 @@ def vocab_from_gguf(path: str | os.PathLike[str]) -> Vocab:
     from lookupdec.tokenizer.gguf import read_gguf_kv
 
     name = os.fspath(path)
-    kv = read_gguf_kv(name)
+    kv = read_gguf_kv(name, lazy=frozenset(["tokenizer.ggml.merges"]))
     model = kv.get("tokenizer.ggml.model")
     if model is None:
         raise TokenFileError(name, "GGUF file has no tokenizer.ggml.model (no vocabulary)")
@@ -141,8 +150,8 @@ def vocab_from_gguf(path: str | os.PathLike[str]) -> Vocab:
         add_bos, add_eos, add_space_prefix = pt.add_bos, False, False
         bos_default: int | None = 11
         eos_default: int | None = 11
-        merges = kv.get("tokenizer.ggml.merges")
-        if not isinstance(merges, list):
+        merges: list[str] | LazyStrings = kv.get("tokenizer.ggml.merges")
+        if not isinstance(merges, LazyStrings):
             raise TokenFileError(name, "byte-level BPE vocabulary without tokenizer.ggml.merges")
     elif model == "llama":
         add_bos, add_eos, add_space_prefix = True, False, True
@@ -175,13 +184,14 @@ def vocab_from_gguf(path: str | os.PathLike[str]) -> Vocab:
             tokens=tokens,
             types=types,
             scores=[float(s) for s in scores[:n]] if scores is not None else None,
-            merges=merges,
+            merges_source=merges,
             bos_id=special("tokenizer.ggml.bos_token_id", bos_default),
             eos_id=special("tokenizer.ggml.eos_token_id", eos_default),
             add_bos=add_bos,
             add_eos=add_eos,
             add_space_prefix=add_space_prefix,
             name=str(kv.get("general.name") or ""),
+            header_digest=kv["\0header_digest"],
         )
     )
 
@@ -246,7 +256,7 @@ def vocab_from_tokenizer_json(path: str | os.PathLike[str]) -> Vocab:
             tokens=tokens,
             types=types,
             scores=None,
-            merges=merges,
+            merges_source=merges,
             bos_id=bos,
             eos_id=None,
             add_bos=bos is not None,
