@@ -206,33 +206,39 @@ class Tokenizer:
         """True when encoding ``text[:i]`` and ``text[i:]`` separately gives the ids of ``text``.
 
         (With BOS only before the first part, EOS only after the last, and the second part
-        encoded as a continuation: no SentencePiece prefix space.) A cut is accepted right
-        after a newline that follows a non-space character and comes before an ASCII letter or
-        digit. Why no token can span it:
+        encoded as a continuation: no SentencePiece prefix space.) Accepted cuts are right after
+        a newline, where either (a) the newline follows a non-space character and comes before
+        a printable ASCII character, or (b) it comes before one space and then a printable ASCII
+        character (WikiText's line layout). Why no token can span such a cut:
 
-        * Pre-tokenizers. Llama 3 / Qwen2: every pattern that can hold a newline ends at the last
-          newline of a run (``\\s*[\\r\\n]+``, ``[^\\s...]+[\\r\\n]*``, ``\\s+`` before a
-          non-space), and no pattern starts with a newline and goes on into a letter or digit
-          (``[^\\r\\n\\p{L}\\p{N}]?\\p{L}+`` excludes it); ``\\s+(?!\\S)`` is never reached in
-          that whitespace run because ``\\s*[\\r\\n]+`` comes first and matches. GPT-2: the
-          newline after a non-space is a one-character whitespace run: ``\\s+(?!\\S)`` fails
-          before the letter and the gap rule makes it a piece of its own, at the end of a text as
-          well. DeepSeek Coder: its first regex isolates every newline. None of the regexes
-          looks behind, so the part after the cut is split as it would be in the whole text.
+        * Llama 3 / Qwen2 regexes: a whitespace run holding a newline is matched by
+          ``\s*[\r\n]+`` up to its last newline (that alternative comes before ``\s+(?!\S)``;
+          ``[^\s\p{L}\p{N}]+[\r\n]*`` also ends at the last newline), and in (a) and (b) the
+          newline at ``i - 1`` is the last of its run; no alternative starts with a newline and
+          goes on (``[^\r\n\p{L}\p{N}]?`` excludes it). At the end of the first part the same
+          alternative matches the same run, so both sides split as in the whole text.
+        * GPT-2 regex (no ``\r\n`` special case): ``\s+(?!\S)`` takes a whitespace run but
+          its last character when a non-space follows. (a): the run is the newline alone; it is
+          one piece in the whole text (left over between matches) and at the end of the first
+          part. (b): the run ends with the one space, so ``\s+(?!\S)`` stops at ``i`` in the
+          whole text, and takes the same characters at the end of the first part.
+        * DeepSeek Coder: its first regex isolates every newline.
+        * None of these regexes looks behind, so the second part splits as in the whole text.
         * SentencePiece: merges only join neighbours whose concatenation is a token; when no
           token longer than one character holds a newline (checked per vocabulary, true of Llama
           2 and Phi-3), the newline symbol never merges and the two sides are independent.
-        * Special tokens: only a special text holding a newline could span the cut (it must
-          contain the newline at ``i - 1``); such texts are checked around the cut. A special
-          token starting at ``i`` could strip the newline before it (lstrip), so ``text[i]`` must
-          not start any special text.
+        * Special tokens: only a special text holding a newline could span the cut; such texts
+          are checked around it. A special token starting at ``i`` or ``i + 1`` could strip the
+          spaces before it (lstrip), so those characters must not start a special text.
         """
-        if not self._cut_ok or i < 2 or i >= len(text):
+        if not self._cut_ok or i < 2 or i + 1 >= len(text) or text[i - 1] != "\n":
             return False
         c = text[i]
-        if text[i - 1] != "\n" or not (c.isascii() and c.isalnum()) or text[i - 2].isspace():
+        if c == " ":
+            c = text[i + 1]
+        elif text[i - 2].isspace():
             return False
-        if c in self._special_starts:
+        if not ("!" <= c <= "~") or c in self._special_starts or text[i] in self._special_starts:
             return False
         for s in self._nl_specials:
             k = s.find("\n")
