@@ -203,7 +203,7 @@ class Tokenizer:
         return frozenset(t[0] for t in self._texts if t)
 
     def is_cut(self, text: str, i: int) -> bool:
-        """True when encoding ``text[:i]`` and ``text[i:]`` separately gives the ids of ``text``.
+        r"""True when encoding ``text[:i]`` and ``text[i:]`` separately gives the ids of ``text``.
 
         (With BOS only before the first part, EOS only after the last, and the second part
         encoded as a continuation: no SentencePiece prefix space.) Accepted cuts are right after
@@ -255,6 +255,15 @@ class Tokenizer:
             if self.is_cut(text, pos + 1):
                 return pos + 1
             pos = text.rfind("\n", lo, pos)
+        return -1
+
+    def find_next_cut(self, text: str, lo: int, hi: int) -> int:
+        """The first position ``i`` in ``[lo, hi)`` where :meth:`is_cut` holds, or -1."""
+        pos = text.find("\n", max(lo - 1, 0), hi)
+        while pos >= 0:
+            if pos + 1 >= lo and self.is_cut(text, pos + 1):
+                return pos + 1
+            pos = text.find("\n", pos + 1, hi)
         return -1
 
     def encode_chunks(

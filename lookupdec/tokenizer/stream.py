@@ -63,16 +63,14 @@ def iter_text_chunks(path: str, tok: Tokenizer, chunk_chars: int = DEFAULT_CHUNK
                 yield buf, consumed
                 return
             while len(buf) >= chunk_chars:
-                cut = tok.find_cut(buf, chunk_chars // 2, min(chunk_chars, len(buf) - margin))
+                end = len(buf) - margin
+                cut = tok.find_cut(buf, chunk_chars // 2, min(chunk_chars, end))
                 if cut <= 0:
-                    break
+                    cut = tok.find_next_cut(buf, chunk_chars, end)  # a long line: the first cut after it
+                if cut <= 0:
+                    break  # no safe cut yet: read on
                 yield buf[:cut], consumed
                 buf = buf[cut:]
-                if len(buf) < chunk_chars:
-                    break
-            if len(buf) >= chunk_chars and tok.find_cut(buf, chunk_chars // 2, len(buf) - margin) <= 0:
-                # No cut in this window: keep reading (the next cut may be further on).
-                chunk_chars = len(buf) + _READ_BYTES
             carry = buf
 
 

@@ -1,0 +1,200 @@
+"""lookupdec.tokenizer against llama.cpp's own outputs: the test-tokenizer-0 vectors of six vocabularies."""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import SHARED_DATA
+
+SHARED_VOCAB = Path(os.environ.get("LOOKUPDEC_VOCAB", SHARED_DATA / "vocab"))
+VOCABS = ["llama-bpe", "llama-spm", "qwen2", "phi-3", "deepseek-coder", "gpt-2"]
+
+needs_vocab = pytest.mark.skipif(not SHARED_VOCAB.is_dir(), reason=f"vocabulary folder {SHARED_VOCAB} is absent")
+
+
+def gguf(name: str) -> Path:
+    return SHARED_VOCAB / f"ggml-vocab-{name}.gguf"
+
+
+@cache
+def tok(name: str):  # type: ignore[no-untyped-def]
+    from lookupdec.tokenizer import load_tokenizer
+
+    return load_tokenizer(gguf(name))
+
+
+def vectors(name: str) -> list[tuple[str, list[int]]]:
+    texts = (SHARED_VOCAB / f"ggml-vocab-{name}.gguf.inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
+    outs = (SHARED_VOCAB / f"ggml-vocab-{name}.gguf.out").read_text().split("\n")
+    assert len(outs) >= len(texts)
+    return [(t, [int(x) for x in o.split()]) for t, o in zip(texts, outs, strict=False)]
+
+
+@needs_vocab
+@pytest.mark.parametrize("name", VOCABS)
+def test_llama_cpp_vectors(name: str) -> None:
+    t = tok(name)
+    cases = vectors(name)
+    assert len(cases) >= 40
+    bad = [(text, exp) for text, exp in cases if t.encode(text, add_special=False, parse_special=False).tolist() != exp]
+    assert not bad, f"{len(bad)} of {len(cases)} texts differ, first: {bad[0][0]!r}"
+
+
+@needs_vocab
+def test_spm_special_and_bos() -> None:
+    t = tok("llama-spm")
+    # llama.cpp's own outputs (shared/spec/tokenization.md)
+    assert t.encode("<s>Hello</s> world").tolist() == [1, 1, 15043, 2, 29871, 3186]
+    assert t.encode("<s>Hello</s> world", add_special=False, parse_special=False).tolist() == [
+        529, 29879, 29958, 10994, 829, 29879, 29958, 3186,
+    ]  # fmt: skip
+    assert t.encode("").tolist() == [1]
+    assert t.encode("", add_special=False).tolist() == []
+
+
+@needs_vocab
+def test_llama3_special_flags() -> None:
+    t = tok("llama-bpe")
+    plain = t.encode("Hello world", add_special=False).tolist()
+    assert plain == [9906, 1917]  # the shipped wiki token files' tokenizer gives these too
+    assert t.encode("Hello world").tolist() == [128000, *plain]
+    with_text = t.encode("<|begin_of_text|>Hello world").tolist()
+    assert with_text == [128000, 128000, *plain]
+    raw = t.encode("<|begin_of_text|>", add_special=False, parse_special=False).tolist()
+    assert 128000 not in raw and len(raw) > 1
+    assert t.bos_id == 128000 and t.n_vocab == 128256 and t.add_bos
+
+
+@needs_vocab
+def test_qwen2_no_bos_and_user_defined_always_parsed() -> None:
+    t = tok("qwen2")
+    assert not t.add_bos
+    assert t.encode("hi").tolist() == t.encode("hi", add_special=False).tolist()
+    # [PAD151646] is user-defined: matched even without parse_special; <|im_start|> is control: only with it
+    assert t.encode("a[PAD151646]b", parse_special=False).tolist()[1] == 151646
+    assert 151644 not in t.encode("<|im_start|>", parse_special=False).tolist()
+    assert t.encode("<|im_start|>").tolist() == [151644]
+
+
+@needs_vocab
+def test_phi3_rstrip_after_special() -> None:
+    t = tok("phi-3")
+    # Phi-3's special tokens eat the spaces after them (llama.cpp sets RSTRIP by model name)
+    a = t.encode("<|user|>   Hi", add_special=False).tolist()
+    b = t.encode("<|user|>Hi", add_special=False).tolist()
+    assert a == b and a[0] == 32010
+
+
+@needs_vocab
+def test_fingerprint_and_header_only_read() -> None:
+    from lookupdec.tokenizer.gguf import read_gguf_kv
+
+    fps = {tok(n).fingerprint for n in VOCABS}
+    assert len(fps) == len(VOCABS) and all(len(f) == 8 for f in fps)
+    kv = read_gguf_kv(gguf("gpt-2"))
+    assert kv["tokenizer.ggml.model"] == "gpt2" and len(kv["tokenizer.ggml.tokens"]) == 50257
+
+
+def test_unsupported_pre_tokenizer_is_named() -> None:
+    from lookupdec.tokenizer import UnsupportedVocabError
+    from lookupdec.tokenizer.bpe import pre_type
+
+    with pytest.raises(UnsupportedVocabError, match="'falcon'"):
+        pre_type("falcon")
+
+
+def test_not_a_gguf(tmp_path: Path) -> None:
+    from lookupdec.errors import TokenFileError
+    from lookupdec.tokenizer.gguf import read_gguf_kv
+
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\x00" * 8 + b"\x05" + b"\x00" * 7 + b"\x01")
+    with pytest.raises(TokenFileError, match="cut short"):
+        read_gguf_kv(bad)
+    bad.write_bytes(b"NOPE" + bytes(40))
+    with pytest.raises(TokenFileError, match="not a GGUF"):
+        read_gguf_kv(bad)
+
+
+def _chunk_text() -> str:
+    text = (SHARED_DATA / "wiki.test.raw").read_text(encoding="utf-8")[:200_000]
+    # edge cases at line starts: special texts, blank lines, indentation, tabs, no trailing newline
+    extra = "x\n<|begin_of_text|>a\n\n\nb\n  c\n\td\n<s>e\n</s>\n f\n\n g\n1\n=h\nõ\nend"
+    return text + extra * 50
+
+
+@needs_vocab
+@pytest.mark.parametrize("name", ["llama-bpe", "qwen2", "gpt-2", "deepseek-coder", "llama-spm", "phi-3"])
+def test_chunked_equals_whole(tmp_path: Path, name: str) -> None:
+    from lookupdec.tokenizer.stream import iter_text_chunks, tokenize_file
+
+    t = tok(name)
+    text = _chunk_text()
+    if name in ("llama-spm", "phi-3"):
+        text = text[:40_000] + text[-3000:]  # the pure-Python SPM path is slow
+    path = tmp_path / "t.txt"
+    path.write_text(text, encoding="utf-8")
+    chunks = [c for c, _ in iter_text_chunks(str(path), t, 2000)]
+    assert len(chunks) > 5 and "".join(chunks) == text
+    whole = t.encode(text)
+    got = tokenize_file(path, t, workers=1, chunk_chars=2000)
+    np.testing.assert_array_equal(got, whole)
+
+
+@needs_vocab
+@pytest.mark.slow
+def test_parallel_equals_whole(tmp_path: Path) -> None:
+    from lookupdec.tokenizer.stream import tokenize_file
+
+    t = tok("llama-bpe")
+    src = SHARED_DATA / "enwiki_wt.10M.txt"
+    text = src.read_text(encoding="utf-8")
+    got = tokenize_file(src, t, workers=2, chunk_chars=1 << 20)
+    np.testing.assert_array_equal(got, t.encode(text))
+
+
+@needs_vocab
+def test_cli_tokenize(tmp_path: Path) -> None:
+    from lookupdec.cli import main
+
+    text = tmp_path / "t.txt"
+    text.write_text("Hello world\n<|begin_of_text|>x", encoding="utf-8")
+    out = tmp_path / "t.bin"
+    assert main(["tokenize", str(text), "--tokenizer", str(gguf("llama-bpe")), "-o", str(out), "-q"]) == 0
+    ids = np.fromfile(out, dtype="<i4")
+    np.testing.assert_array_equal(ids, tok("llama-bpe").encode("Hello world\n<|begin_of_text|>x"))
+    assert ids[0] == 128000 and (ids == 128000).sum() == 2
+    flags = ["--no-add-special", "--no-parse-special", "--workers", "1", "-q"]
+    assert main(["tokenize", str(text), "--tokenizer", str(gguf("llama-bpe")), "-o", str(out), *flags]) == 0
+    ids = np.fromfile(out, dtype="<i4")
+    assert 128000 not in ids.tolist()
+
+
+@needs_vocab
+def test_cli_stats_refuses_other_vocab(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from lookupdec.cli import main
+
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat\nthe cat sat on the mat\n" * 20, encoding="utf-8")
+    static = tmp_path / "s.lkdc"
+    assert main(["create", str(text), "--tokenizer", str(gguf("gpt-2")), "-o", str(static), "-q"]) == 0
+    assert main(["stats", str(text), "--tokenizer", str(gguf("gpt-2")), "-lcs", str(static), "-q", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["stats", str(text), "--tokenizer", str(gguf("qwen2")), "-lcs", str(static), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lookupdec: error: ") and "another vocabulary" in err
+
+
+@needs_vocab
+def test_llama_cpp_python_agrees() -> None:
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    for name in VOCABS:
+        model = llama_cpp.Llama(model_path=str(gguf(name)), vocab_only=True, verbose=False)
+        for text, _ in vectors(name)[:20]:
+            expected = model.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+            assert tok(name).encode(text).tolist() == expected, (name, text)
