@@ -38,7 +38,7 @@ _EOG_TEXTS = frozenset(
         "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
         "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
         "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-        "<｜end▁of▁sentence｜>", "[e~[",
+        "<｜end▁of▁sentence｜>", "[e~[",  # noqa: RUF001 - DeepSeek's token really uses U+FF5C
     ]
 )  # fmt: skip
 _ALWAYS_USER_DEFINED = frozenset(["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"])
@@ -150,9 +150,10 @@ def vocab_from_gguf(path: str | os.PathLike[str]) -> Vocab:
         add_bos, add_eos, add_space_prefix = pt.add_bos, False, False
         bos_default: int | None = 11
         eos_default: int | None = 11
-        merges: list[str] | LazyStrings = kv.get("tokenizer.ggml.merges")
-        if not isinstance(merges, LazyStrings):
+        found = kv.get("tokenizer.ggml.merges")
+        if not isinstance(found, LazyStrings):
             raise TokenFileError(name, "byte-level BPE vocabulary without tokenizer.ggml.merges")
+        merges: list[str] | LazyStrings = found
     elif model == "llama":
         add_bos, add_eos, add_space_prefix = True, False, True
         bos_default, eos_default = 1, 2
@@ -199,8 +200,8 @@ def vocab_from_gguf(path: str | os.PathLike[str]) -> Vocab:
 # Hugging Face pre-tokenizer regexes that name a llama.cpp pre-tokenizer type (what llama.cpp's
 # convert_hf_to_gguf.py recognizes by hashing a tokenization; the regex is the reliable part).
 _HF_SPLIT_TO_PRE = {
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+": "llama-bpe",
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+": "qwen2",
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+": "llama-bpe",  # noqa: E501
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+": "qwen2",  # noqa: E501
 }  # fmt: skip
 
 
