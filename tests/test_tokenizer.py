@@ -129,7 +129,17 @@ def _chunk_text() -> str:
 
 
 @needs_vocab
-@pytest.mark.parametrize("name", ["llama-bpe", "qwen2", "gpt-2", "deepseek-coder", "llama-spm", "phi-3"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "llama-bpe",
+        "qwen2",
+        "gpt-2",
+        "deepseek-coder",
+        pytest.param("llama-spm", marks=pytest.mark.slow),  # the Python SPM path takes seconds
+        pytest.param("phi-3", marks=pytest.mark.slow),
+    ],
+)
 def test_chunked_equals_whole(tmp_path: Path, name: str) -> None:
     from lookupdec.tokenizer.stream import iter_text_chunks, tokenize_file
 
