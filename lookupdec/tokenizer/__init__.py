@@ -95,34 +95,41 @@ class Tokenizer:
 
     def encode(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> npt.NDArray[np.int32]:
         """The ids llama.cpp's ``llama_tokenize(vocab, text, add_special, parse_special)`` gives."""
-        out: list[int] = []
-        self._encode_into(text, out, add_special, add_special, parse_special, first=True)
-        return np.asarray(out, dtype=np.int32)
+        return self._encode(text, add_special, add_special, parse_special, first=True)
 
-    def _encode_into(
-        self, text: str, out: list[int], add_bos: bool, add_eos: bool, parse_special: bool, first: bool
-    ) -> None:
-        """Tokenize ``text`` into ``out``; ``first=False`` for a chunk that continues earlier text (no SPM prefix)."""
+    def _encode(
+        self, text: str, add_bos: bool, add_eos: bool, parse_special: bool, first: bool
+    ) -> npt.NDArray[np.int32]:
+        """Tokenize ``text``; ``first=False`` for a chunk that continues earlier text (no SPM prefix)."""
+        parts: list[npt.NDArray[np.int32]] = []
+        ids: list[int] = []  # special tokens and SPM output, flushed into parts before a BPE array
+
         if add_bos and self.add_bos:
             assert self.bos_id is not None
-            out.append(self.bos_id)
+            ids.append(self.bos_id)
         prev_special = first  # SPM: a space is put before the first fragment and after a special token
         for frag in self._partition(text, parse_special):
             if isinstance(frag, int):
-                out.append(frag)
+                ids.append(frag)
                 prev_special = True
                 continue
             if self._spm is not None:
                 if self.vocab.add_space_prefix and prev_special:
                     frag = " " + frag
-                self._spm.encode(frag.replace(" ", "\u2581"), out)
+                self._spm.encode(frag.replace(" ", "\u2581"), ids)
                 prev_special = False
             else:
                 assert self._bpe is not None
-                self._bpe.encode(frag, out)
+                if ids:
+                    parts.append(np.asarray(ids, dtype=np.int32))
+                    ids = []
+                parts.append(self._bpe.encode(frag))
         if add_eos and self.add_eos:
             assert self.eos_id is not None
-            out.append(self.eos_id)
+            ids.append(self.eos_id)
+        if ids or not parts:
+            parts.append(np.asarray(ids, dtype=np.int32))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _partition(self, text: str, parse_special: bool) -> list[str | int]:
         """llama.cpp's ``tokenizer_st_partition``: raw text fragments and special token ids, in order."""
@@ -270,12 +277,11 @@ class Tokenizer:
         self, chunks: list[str], *, add_special: bool = True, parse_special: bool = True
     ) -> npt.NDArray[np.int32]:
         """Encode consecutive parts of one text (cut at :meth:`is_cut` points) as the whole text."""
-        out: list[int] = []
-        for k, chunk in enumerate(chunks):
-            self._encode_into(
-                chunk, out, add_special and k == 0, add_special and k == len(chunks) - 1, parse_special, first=k == 0
-            )
-        return np.asarray(out, dtype=np.int32)
+        parts = [
+            self._encode(chunk, add_special and k == 0, add_special and k == len(chunks) - 1, parse_special, k == 0)
+            for k, chunk in enumerate(chunks)
+        ]
+        return np.concatenate(parts) if parts else self.encode("", add_special=add_special)
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:

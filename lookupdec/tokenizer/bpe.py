@@ -34,6 +34,9 @@ from typing import Any
 
 import regex
 
+import numpy as np
+import numpy.typing as npt
+
 from lookupdec.tokenizer.errors import UnsupportedVocabError
 
 # llama.cpp's regexes per pre-tokenizer type (src/llama-vocab.cpp, llm_tokenizer_bpe), in the
@@ -257,15 +260,17 @@ class BpeModel:
         if self._tiktoken is None:
             self._hf = _hf_bpe(tokens, merges(), pre.ignore_merges)
 
-    def encode(self, text: str, out: list[int]) -> None:
-        """Append the ids of one raw fragment."""
+    def encode(self, text: str) -> npt.NDArray[np.int32]:
+        """The ids of one raw fragment."""
         if not text:
-            return
+            return np.zeros(0, dtype=np.int32)
         if self._tiktoken is not None:
-            out.extend(self._tiktoken.encode_ordinary(text))
-            return
+            # encode_to_numpy: the ids stay in tiktoken's buffer instead of becoming a list of
+            # Python ints (~0.5 s saved per 60 MB); with no special tokens registered it is
+            # encode_ordinary.
+            return self._tiktoken.encode_to_numpy(text, disallowed_special=()).astype(np.int32)
         pieces = self.pre.split(text)
-        out.extend(self._hf.encode(pieces, is_pretokenized=True, add_special_tokens=False).ids)
+        return np.asarray(self._hf.encode(pieces, is_pretokenized=True, add_special_tokens=False).ids, dtype=np.int32)
 
 
 def _hf_bpe(tokens: Sequence[str], merges: Sequence[str], ignore_merges: bool) -> Any:

@@ -25,10 +25,14 @@ class SpmModel:
         for i, text in enumerate(tokens):
             # llama.cpp's token_to_id map keeps the last id of a duplicated text.
             self.token_to_id[text] = i
-        self.scores = [float(s) for s in scores]
+        # The heap holds plain ints (a tuple compare costs ~3x more): the dense rank of the
+        # token's score (0 = highest; equal scores, equal rank) first, then the left index,
+        # then the merged size, packed as ((rank * SHIFT) + left) * SIZE + size.
+        distinct = sorted({float(s) for s in scores}, reverse=True)
+        rank_of = {score: r for r, score in enumerate(distinct)}
+        self.rank = [rank_of[float(s)] for s in scores]
         self.byte_ids = byte_ids
-        # The longest token in characters: no merge can produce a longer symbol.
-        self.max_len = max((len(t) for t in tokens), default=1)
+        self.size_mult = max((len(t) for t in tokens), default=1) + 1
 
     def encode(self, text: str, out: list[int]) -> None:
         """Append the ids of one raw fragment (already escaped, prefix space already added)."""
@@ -36,28 +40,36 @@ class SpmModel:
         if n == 0:
             return
         token_to_id = self.token_to_id
-        scores = self.scores
+        rank = self.rank
+        size_mult = self.size_mult
+        shift = (n + 1) * size_mult  # rank * shift + left * size_mult + size: ordered as llama.cpp's queue
         # Symbols as [start, end) character spans in a doubly linked list (llama.cpp's llm_symbol).
         start = list(range(n))
         end = list(range(1, n + 1))
         prev = list(range(-1, n - 1))
         nxt = list(range(1, n + 1))
         nxt[-1] = -1
-        heap: list[tuple[float, int, int, int]] = []
-        push = heapq.heappush
-        # llama.cpp's queue pops the highest score, then the smallest left index: the heap keys
-        # are (-score, left). ``size`` (in characters here, bytes there: the same test, since a
-        # symbol's text is fixed by its span) detects stale entries.
+        # llama.cpp's queue pops the highest score, then the smallest left index. The right
+        # symbol is not stored: it is nxt[left] at pop time, and the size check rejects the
+        # entry exactly when llama.cpp's (left.n == 0 || right.n == 0 || left.n + right.n !=
+        # size) would (a symbol's text is fixed by its span, so characters count as bytes do).
+        heap: list[int] = []
+        get = token_to_id.get
         for i in range(n - 1):
-            tid = token_to_id.get(text[i : i + 2])
+            tid = get(text[i : i + 2])
             if tid is not None:
-                push(heap, (-scores[tid], i, i + 1, 2))
+                heap.append(rank[tid] * shift + i * size_mult + 2)
+        heapq.heapify(heap)  # same pops as pushing one by one: the keys are distinct
         pop = heapq.heappop
+        push = heapq.heappush
         while heap:
-            _, left, right, size = pop(heap)
-            if end[left] - start[left] == 0 or end[right] - start[right] == 0:
+            key = pop(heap)
+            rest = key % shift
+            left, size = divmod(rest, size_mult)
+            if end[left] == start[left]:
                 continue
-            if end[right] - start[left] != size or nxt[left] != right:
+            right = nxt[left]
+            if right < 0 or end[right] - start[left] != size:
                 continue
             # merge the right symbol into the left one
             end[left] = end[right]
@@ -68,26 +80,25 @@ class SpmModel:
                 prev[nr] = left
             pl = prev[left]
             if pl >= 0:
-                tid = token_to_id.get(text[start[pl] : end[left]])
+                tid = get(text[start[pl] : end[left]])
                 if tid is not None:
-                    push(heap, (-scores[tid], pl, left, end[left] - start[pl]))
+                    push(heap, rank[tid] * shift + pl * size_mult + end[left] - start[pl])
             if nr >= 0:
-                tid = token_to_id.get(text[start[left] : end[nr]])
+                tid = get(text[start[left] : end[nr]])
                 if tid is not None:
-                    push(heap, (-scores[tid], left, nr, end[nr] - start[left]))
+                    push(heap, rank[tid] * shift + left * size_mult + end[nr] - start[left])
         append = out.append
         byte_ids = self.byte_ids
         i = 0
         while i != -1:
             piece = text[start[i] : end[i]]
-            tid = token_to_id.get(piece)
+            tid = get(piece)
             if tid is not None:
                 append(tid)
             else:
                 # resegment(): a symbol that is not a token was never merged (merged symbols are
                 # tokens by construction), so llama.cpp's rev_merge lookup finds nothing and
-                # every UTF-8 byte becomes its <0xNN> token (skipped when the vocabulary has none,
-                # as byte_to_token would abort there: llama.cpp requires the byte tokens).
+                # every UTF-8 byte becomes its <0xNN> token.
                 for b in piece.encode("utf-8", errors="surrogateescape"):
                     bid = byte_ids.get(b)
                     if bid is None:

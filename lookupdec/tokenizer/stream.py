@@ -77,9 +77,7 @@ def iter_text_chunks(path: str, tok: Tokenizer, chunk_chars: int = DEFAULT_CHUNK
 def _encode_chunk(text: str, first: bool, parse_special: bool) -> npt.NDArray[np.int32]:
     tok = _TOK
     assert tok is not None, "worker started without a tokenizer"
-    out: list[int] = []
-    tok._encode_into(text, out, False, False, parse_special, first=first)
-    return np.asarray(out, dtype=np.int32)
+    return tok._encode(text, False, False, parse_special, first)
 
 
 def _init_worker(path: str | None) -> None:
@@ -117,9 +115,7 @@ def iter_file_ids(
     chunks = iter_text_chunks(name, tok, chunk_chars)
     if n_workers == 1:
         for k, (chunk, done) in enumerate(chunks):
-            out: list[int] = []
-            tok._encode_into(chunk, out, False, False, parse_special, first=k == 0)
-            yield np.asarray(out, dtype=np.int32)
+            yield tok._encode(chunk, False, False, parse_special, k == 0)
             if progress is not None:
                 progress(done, total)
     else:
