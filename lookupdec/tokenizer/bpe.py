@@ -32,10 +32,9 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
-import regex
-
 import numpy as np
 import numpy.typing as npt
+import regex
 
 from lookupdec.tokenizer.errors import UnsupportedVocabError
 
@@ -268,7 +267,8 @@ class BpeModel:
             # encode_to_numpy: the ids stay in tiktoken's buffer instead of becoming a list of
             # Python ints (~0.5 s saved per 60 MB); with no special tokens registered it is
             # encode_ordinary.
-            return self._tiktoken.encode_to_numpy(text, disallowed_special=()).astype(np.int32)
+            ids: npt.NDArray[np.int32] = self._tiktoken.encode_to_numpy(text, disallowed_special=()).astype(np.int32)
+            return ids
         pieces = self.pre.split(text)
         return np.asarray(self._hf.encode(pieces, is_pretokenized=True, add_special_tokens=False).ids, dtype=np.int32)
 
