@@ -141,7 +141,7 @@ def _chunk_text() -> str:
     ],
 )
 def test_chunked_equals_whole(tmp_path: Path, name: str) -> None:
-    from lookupdec.tokenizer.stream import iter_text_chunks, tokenize_file
+    from lookupdec.tokenizer.stream import chunk_ranges, tokenize_file
 
     t = tok(name)
     text = _chunk_text()
@@ -149,10 +149,11 @@ def test_chunked_equals_whole(tmp_path: Path, name: str) -> None:
         text = text[:40_000] + text[-3000:]  # the pure-Python SPM path is slow
     path = tmp_path / "t.txt"
     path.write_text(text, encoding="utf-8")
-    chunks = [c for c, _ in iter_text_chunks(str(path), t, 2000)]
-    assert len(chunks) > 5 and "".join(chunks) == text
+    data = path.read_bytes()
+    ranges = list(chunk_ranges(str(path), t, 2000))
+    assert len(ranges) > 5 and b"".join(data[a:b] for a, b in ranges) == data
     whole = t.encode(text)
-    got = tokenize_file(path, t, workers=1, chunk_chars=2000)
+    got = tokenize_file(path, t, workers=1, chunk_bytes=2000)
     np.testing.assert_array_equal(got, whole)
 
 
@@ -164,8 +165,19 @@ def test_parallel_equals_whole(tmp_path: Path) -> None:
     t = tok("llama-bpe")
     src = SHARED_DATA / "enwiki_wt.10M.txt"
     text = src.read_text(encoding="utf-8")
-    got = tokenize_file(src, t, workers=2, chunk_chars=1 << 20)
+    got = tokenize_file(src, t, workers=2, chunk_bytes=1 << 20)
     np.testing.assert_array_equal(got, t.encode(text))
+
+
+@needs_vocab
+def test_invalid_utf8_names_offset(tmp_path: Path) -> None:
+    from lookupdec.errors import TokenFileError
+    from lookupdec.tokenizer.stream import tokenize_file
+
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"Hello\nworld\n" * 500 + b"\xff tail\n" + b"more\n" * 500)
+    with pytest.raises(TokenFileError, match="at byte offset 6000"):
+        tokenize_file(path, tok("gpt-2"), workers=1, chunk_bytes=1000)
 
 
 @needs_vocab

@@ -1,10 +1,11 @@
 """Tokenize a large text file in bounded memory on every core, with the ids of one whole-file encode.
 
-The file is decoded incrementally and cut into chunks of about ``chunk_chars`` characters, only
-at points where :meth:`Tokenizer.is_cut` proves that no token can span the cut. Chunks are
-encoded by a pool of worker processes (forked after the vocabulary is loaded, so it is loaded
-once) and the ids are handed back in file order; at most ``2 * workers`` chunks are in flight,
-so memory stays bounded whatever the file size. BOS goes before the first chunk and EOS after
+The file is cut into byte ranges of about ``chunk_bytes``, only at points where
+:meth:`Tokenizer.is_cut` proves that no token can span the cut (the parent process looks only
+at the bytes around candidate newlines). Each range is read, decoded and encoded by a worker
+process (forked after the vocabulary is loaded, so it is loaded once) and the ids come back in
+file order; at most ``2 * workers`` ranges are in flight, so memory stays bounded whatever the
+file size, and the parent does almost no work besides writing. BOS goes before the first chunk and EOS after
 the last, as for one ``llama_tokenize`` call on the whole text.
 
 Processes, not threads: tiktoken releases the GIL, but on this 2-core machine threads in one
@@ -14,7 +15,7 @@ and ``tokenizers`` paths hold the GIL in Python code anyway.
 
 from __future__ import annotations
 
-import codecs
+import mmap
 import multiprocessing
 import os
 from collections import deque
@@ -28,56 +29,84 @@ import numpy.typing as npt
 from lookupdec.errors import TokenFileError
 from lookupdec.tokenizer import Tokenizer
 
-DEFAULT_CHUNK_CHARS = 4 << 20
-"""Characters per chunk (a cut is searched in the second half of each window)."""
+DEFAULT_CHUNK_BYTES = 4 << 20
+"""Bytes per chunk (a cut is searched in the second half of each window)."""
 
-_READ_BYTES = 1 << 20
 _TOK: Tokenizer | None = None  # the worker processes' tokenizer (inherited through fork)
 
 
-def iter_text_chunks(path: str, tok: Tokenizer, chunk_chars: int = DEFAULT_CHUNK_CHARS) -> Iterator[tuple[str, int]]:
-    """Yield ``(chunk, bytes_read_so_far)``: the UTF-8 text of ``path`` in consecutive parts cut at safe points.
+def _special_margin(tok: Tokenizer) -> int:
+    """Bytes around a cut that :meth:`Tokenizer.is_cut` may look at (special texts holding a newline)."""
+    longest = max((len(t.encode("utf-8", errors="surrogateescape")) for t in tok._nl_specials), default=0)
+    return longest + 8
 
-    A part may be longer than ``chunk_chars`` when no safe cut is found (a text without
-    newlines is one part). Invalid UTF-8 raises :class:`TokenFileError` with its byte offset.
+
+def is_cut_at(data: bytes | mmap.mmap, i: int, tok: Tokenizer) -> bool:
+    """:meth:`Tokenizer.is_cut` at byte offset ``i`` of UTF-8 ``data``, decoding only a window around it.
+
+    The window reaches further than anything ``is_cut`` looks at (the characters at
+    ``i - 2 .. i + 1`` and special texts holding a newline), so a character cut at its edges
+    (decoded as U+FFFD) cannot change the answer.
     """
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    carry = ""
-    consumed = 0
-    # A special text holding a newline could reach this far past a cut: keep that margin
-    # before the end of the buffer so that is_cut sees all of it.
-    margin = max((len(t) for t in tok._nl_specials), default=0) + 2
+    if i < 2 or i + 1 >= len(data) or data[i - 1] != 0x0A:
+        return False
+    m = _special_margin(tok)
+    lo, hi = max(0, i - m), min(len(data), i + m)
+    left = bytes(data[lo:i]).decode("utf-8", errors="replace")
+    right = bytes(data[i:hi]).decode("utf-8", errors="replace")
+    return tok.is_cut(left + right, len(left))
+
+
+def chunk_ranges(path: str, tok: Tokenizer, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[tuple[int, int]]:
+    """Yield ``(start, end)`` byte ranges covering the file ``path``, cut only where :meth:`Tokenizer.is_cut` holds.
+
+    A range is about ``chunk_bytes`` long: the last cut in its second half, else the first cut
+    after it (a long line), else the rest of the file. Only the bytes near candidate newlines
+    are looked at; the text is never decoded here (the workers decode their own range).
+    """
+    size = os.path.getsize(path)
+    if size == 0:
+        yield 0, 0
+        return
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        pos = 0
+        while size - pos > chunk_bytes:
+            cut = -1
+            nl = mm.rfind(b"\n", pos + chunk_bytes // 2, pos + chunk_bytes)
+            while nl >= 0 and cut < 0:
+                if is_cut_at(mm, nl + 1, tok):
+                    cut = nl + 1
+                else:
+                    nl = mm.rfind(b"\n", pos + chunk_bytes // 2, nl)
+            if cut < 0:
+                nl = mm.find(b"\n", pos + chunk_bytes)
+                while nl >= 0 and cut < 0:
+                    if is_cut_at(mm, nl + 1, tok):
+                        cut = nl + 1
+                    else:
+                        nl = mm.find(b"\n", nl + 1)
+            if cut < 0:
+                break
+            yield pos, cut
+            pos = cut
+        yield pos, size
+
+
+def read_range(path: str, start: int, end: int) -> str:
+    """The text of bytes ``[start, end)`` of ``path``; invalid UTF-8 is :class:`TokenFileError` with its file offset."""
     with open(path, "rb") as f:
-        while True:
-            raw = f.read(_READ_BYTES)
-            pending = len(decoder.getstate()[0])
-            try:
-                text = decoder.decode(raw, final=not raw)
-            except UnicodeDecodeError as e:
-                raise TokenFileError(
-                    path, f"text is not valid UTF-8 ({e.reason})", consumed - pending + e.start
-                ) from None
-            consumed += len(raw)
-            buf = carry + text if carry else text
-            if not raw:
-                yield buf, consumed
-                return
-            while len(buf) >= chunk_chars:
-                end = len(buf) - margin
-                cut = tok.find_cut(buf, chunk_chars // 2, min(chunk_chars, end))
-                if cut <= 0:
-                    cut = tok.find_next_cut(buf, chunk_chars, end)  # a long line: the first cut after it
-                if cut <= 0:
-                    break  # no safe cut yet: read on
-                yield buf[:cut], consumed
-                buf = buf[cut:]
-            carry = buf
+        f.seek(start)
+        raw = f.read(end - start)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TokenFileError(path, f"text is not valid UTF-8 ({e.reason})", start + e.start) from None
 
 
-def _encode_chunk(text: str, first: bool, parse_special: bool) -> npt.NDArray[np.int32]:
+def _encode_range(path: str, start: int, end: int, parse_special: bool) -> npt.NDArray[np.int32]:
     tok = _TOK
     assert tok is not None, "worker started without a tokenizer"
-    return tok._encode(text, False, False, parse_special, first)
+    return tok._encode(read_range(path, start, end), False, False, parse_special, start == 0)
 
 
 def _init_worker(path: str | None) -> None:
@@ -95,7 +124,7 @@ def iter_file_ids(
     add_special: bool = True,
     parse_special: bool = True,
     workers: int | None = None,
-    chunk_chars: int = DEFAULT_CHUNK_CHARS,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[npt.NDArray[np.int32]]:
     """Yield the ids of the text file ``path`` in file order, in parts; together they equal ``tok.encode(text)``.
@@ -112,12 +141,12 @@ def iter_file_ids(
     if add_special and tok.add_bos:
         assert tok.bos_id is not None
         yield np.array([tok.bos_id], dtype=np.int32)
-    chunks = iter_text_chunks(name, tok, chunk_chars)
+    ranges = chunk_ranges(name, tok, chunk_bytes)
     if n_workers == 1:
-        for k, (chunk, done) in enumerate(chunks):
-            yield tok._encode(chunk, False, False, parse_special, k == 0)
+        for start, end in ranges:
+            yield tok._encode(read_range(name, start, end), False, False, parse_special, start == 0)
             if progress is not None:
-                progress(done, total)
+                progress(end, total)
     else:
         _TOK = tok
         # Fork: the workers inherit the loaded vocabulary. Elsewhere they load it again.
@@ -130,9 +159,8 @@ def iter_file_ids(
             with ProcessPoolExecutor(
                 n_workers, mp_context=ctx, initializer=_init_worker, initargs=(init_path,)
             ) as pool:
-                for k, (chunk, done) in enumerate(chunks):
-                    inflight.append((pool.submit(_encode_chunk, chunk, k == 0, parse_special), done))
-                    del chunk
+                for start, end in ranges:
+                    inflight.append((pool.submit(_encode_range, name, start, end, parse_special), end))
                     while len(inflight) >= 2 * n_workers:
                         fut, d = inflight.popleft()
                         yield fut.result()
