@@ -220,3 +220,48 @@ def test_llama_cpp_python_agrees() -> None:
         for text, _ in vectors(name)[:20]:
             expected = model.tokenize(text.encode("utf-8"), add_bos=True, special=True)
             assert tok(name).encode(text).tolist() == expected, (name, text)
+
+
+def _tokenizer_json_from_gguf(name: str, path: Path) -> Path:
+    """A tokenizer.json assembled here from a GGUF vocabulary, as Hugging Face ships Llama 3's / GPT-2's."""
+    from tokenizers import AddedToken, Regex, Tokenizer, models, pre_tokenizers, processors
+
+    v = tok(name).vocab
+    normal = {t: i for i, (t, ty) in enumerate(zip(v.tokens, v.types, strict=True)) if ty == 1}
+    merges = [tuple(m.split(" ", 1)) for m in v.merges]
+    ignore = name == "llama-bpe"
+    hf = Tokenizer(models.BPE(vocab=normal, merges=merges, ignore_merges=ignore))
+    if name == "llama-bpe":
+        pattern = (
+            r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+            r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+        )
+        hf.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    else:
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    specials = [v.tokens[i] for i, ty in enumerate(v.types) if ty == 3]
+    hf.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    if name == "llama-bpe":
+        hf.post_processor = processors.TemplateProcessing(
+            single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", 128000)]
+        )
+    hf.save(str(path))
+    return path
+
+
+@needs_vocab
+@pytest.mark.parametrize("name", [pytest.param("llama-bpe", marks=pytest.mark.slow), "gpt-2"])
+def test_tokenizer_json_matches_gguf(tmp_path: Path, name: str) -> None:
+    from lookupdec.tokenizer import load_tokenizer
+
+    t = load_tokenizer(_tokenizer_json_from_gguf(name, tmp_path / "tokenizer.json"))
+    assert t.vocab.pre == name and t.n_vocab == tok(name).n_vocab
+    assert t.fingerprint == tok(name).fingerprint  # same id -> text mapping, same fingerprint
+    for text, expected in vectors(name):
+        assert t.encode(text, add_special=False, parse_special=False).tolist() == expected, text
+        assert t.encode(text).tolist() == tok(name).encode(text).tolist(), text
