@@ -265,3 +265,18 @@ def test_tokenizer_json_matches_gguf(tmp_path: Path, name: str) -> None:
     for text, expected in vectors(name):
         assert t.encode(text, add_special=False, parse_special=False).tolist() == expected, text
         assert t.encode(text).tolist() == tok(name).encode(text).tolist(), text
+
+
+@needs_vocab
+@pytest.mark.parametrize("name", ["llama-spm", "phi-3"])
+def test_spm_segments_equal_whole_fragment(name: str) -> None:
+    from lookupdec.tokenizer import Tokenizer
+
+    t = tok(name)
+    assert t._spm is not None and t._spm.segmented
+    whole = Tokenizer(t.vocab)
+    assert whole._spm is not None
+    whole._spm.segmented = False  # llama.cpp's loop over the whole fragment
+    text = (SHARED_DATA / "wiki.test.raw").read_text(encoding="utf-8")[:30_000]
+    text += "  two  spaces   three\n\n  \t x  \u00a0 y\u3000z  end  " * 20
+    np.testing.assert_array_equal(t.encode(text), whole.encode(text))

@@ -14,7 +14,12 @@ this, so it runs here in Python: the slow path (~0.3-1 MB/s per process), parall
 from __future__ import annotations
 
 import heapq
+import re
 from collections.abc import Sequence
+
+_INNER_SPACE = re.compile("[^\u2581]\u2581")
+_SEGMENT = re.compile("\u2581*[^\u2581]+|\u2581+")
+_CACHE_MAX = 1 << 20
 
 
 class SpmModel:
@@ -33,9 +38,32 @@ class SpmModel:
         self.rank = [rank_of[float(s)] for s in scores]
         self.byte_ids = byte_ids
         self.size_mult = max((len(t) for t in tokens), default=1) + 1
+        # When no token has a U+2581 right after another character (true of Llama 2 and Phi-3:
+        # SentencePiece splits at whitespace when it trains), no merge can join a symbol ending
+        # in a non-space to a following U+2581, so the text falls into independent segments
+        # ("▁▁word"): each is merged as it would be in the whole text (the queue handles the
+        # segments' merges in their own order), and repeated segments come from a cache.
+        self.segmented = not any(_INNER_SPACE.search(t) for t in tokens)
+        self._cache: dict[str, list[int]] = {}
 
     def encode(self, text: str, out: list[int]) -> None:
         """Append the ids of one raw fragment (already escaped, prefix space already added)."""
+        if not self.segmented:
+            self._merge(text, out)
+            return
+        cache = self._cache
+        if len(cache) > _CACHE_MAX:
+            cache.clear()
+        for seg in _SEGMENT.findall(text):
+            ids = cache.get(seg)
+            if ids is None:
+                ids = []
+                self._merge(seg, ids)
+                cache[seg] = ids
+            out.extend(ids)
+
+    def _merge(self, text: str, out: list[int]) -> None:
+        """llama.cpp's bigram merge loop and resegment on ``text``."""
         n = len(text)
         if n == 0:
             return
