@@ -215,9 +215,12 @@ def test_llama_cpp_python_agrees() -> None:
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     for name in VOCABS:
         model = llama_cpp.Llama(model_path=str(gguf(name)), vocab_only=True, verbose=False)
-        for text, _ in vectors(name)[:20]:
-            expected = model.tokenize(text.encode("utf-8"), add_bos=True, special=True)
-            assert tok(name).encode(text).tolist() == expected, (name, text)
+        wiki = (SHARED_DATA / "wiki.test.raw").read_text(encoding="utf-8")[:30_000]
+        special = "<s>Hello</s> world <|begin_of_text|>x<|im_start|>y<|user|>  z õ [PAD151650]\n\n  \t end "
+        for text in [*(t for t, _ in vectors(name)[:20]), wiki, special * 3]:
+            for flag in (True, False):
+                expected = model.tokenize(text.encode("utf-8"), add_bos=flag, special=flag)
+                assert tok(name).encode(text, add_special=flag, parse_special=flag).tolist() == expected, (name, text)
 
 
 def _tokenizer_json_from_gguf(name: str, path: Path) -> Path:
