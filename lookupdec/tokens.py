@@ -1,9 +1,12 @@
-"""Token input: raw int32 token files, ``.npy`` arrays, and text through a Hugging Face tokenizer.
+"""Token input: raw int32 token files, ``.npy`` arrays, and text through a model's vocabulary.
 
 Token files are used exactly as they are (no BOS is added or removed). Text files are
-tokenized with :func:`tokenize_file`, which follows llama.cpp's convention for its lookup
-tools (``add_special = true``): a BOS token is put in front when the tokenizer's own
-configuration adds one (Llama 3 does, Qwen2.5 does not), unless told otherwise.
+tokenized as llama.cpp's lookup tools do (``add_special = true, parse_special = true``): with
+a ``.gguf`` vocabulary (or a tokenizer.json :mod:`lookupdec.tokenizer` reproduces) through
+:func:`tokenize_exact`, llama.cpp's ids exactly; with any other Hugging Face tokenizer.json
+through :func:`tokenize_file` and that library's own rules (a warning says so). A BOS token is
+put in front when the vocabulary asks for one (Llama 3 does, Qwen2.5 does not), unless told
+otherwise.
 """
 
 from __future__ import annotations
@@ -180,7 +183,7 @@ def _exact_tokenizer(name: str, mtime_ns: int) -> Any:
         if is_gguf(name):
             raise
         warnings.warn(
-            f"{name}: {e}; tokenizing with Hugging Face tokenizers' own rules, whose ids may differ from llama.cpp's",
+            f"{e}; tokenizing with Hugging Face tokenizers' own rules, whose ids may differ from llama.cpp's",
             stacklevel=3,
         )
         return None
