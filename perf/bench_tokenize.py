@@ -3,7 +3,8 @@
     python -m perf.bench_tokenize [--mb 4] [--vocab llama-bpe ...] [--repeat 3]
 
 English: the start of shared/data/enwiki_wt.10M.txt; code: Python standard library sources
-(the running interpreter's), concatenated. For each vocabulary it times
+(the running interpreter's), concatenated. Piece caches are emptied before every run. For each
+vocabulary it times
 ``Tokenizer.encode`` (one process, one thread) and, interleaved with it, tiktoken's
 ``encode_ordinary`` on the Llama 3 ranks (the single-thread anchor of the issue); medians are
 printed. The whole-process parallel figure is measured with the CLI (docs/performance.md).
@@ -40,9 +41,17 @@ def code(n_bytes: int) -> str:
     return "".join(parts)
 
 
+def clear_caches(tok: object) -> None:
+    """Empty the per-model piece caches (tokenizers engine, SentencePiece segments)."""
+    for engine, attr in (("_bpe", "_pieces"), ("_spm", "_cache")):
+        cache = getattr(getattr(tok, engine, None), attr, None)
+        if isinstance(cache, dict):
+            cache.clear()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mb", type=float, default=2.0, help="MB of each text (SPM vocabularies use a tenth)")
+    ap.add_argument("--mb", type=float, default=2.0, help="MB of each text")
     ap.add_argument("--vocab", nargs="*", default=VOCABS)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
@@ -56,11 +65,12 @@ def main() -> None:
     for name in args.vocab:
         tok = load_tokenizer(SHARED / "vocab" / f"ggml-vocab-{name}.gguf")
         for kind, full in texts.items():
-            text = full[: len(full) // 10] if tok.engine == "spm" else full
+            text = full
             size = len(text.encode("utf-8")) / 1e6
             ours: list[float] = []
             theirs: list[float] = []
             for _ in range(args.repeat):
+                clear_caches(tok)  # every run starts cold: the piece caches would serve repeats
                 t0 = time.perf_counter()
                 tok.encode(text)
                 ours.append(size / (time.perf_counter() - t0))
