@@ -269,11 +269,9 @@ class BpeModel:
         if not text:
             return np.zeros(0, dtype=np.int32)
         if self._tiktoken is not None:
-            # encode_to_numpy: the ids stay in tiktoken's buffer instead of becoming a list of
-            # Python ints (~0.5 s saved per 60 MB); with no special tokens registered it is
-            # encode_ordinary.
-            ids: npt.NDArray[np.int32] = self._tiktoken.encode_to_numpy(text, disallowed_special=()).astype(np.int32)
-            return ids
+            # encode_ordinary + one numpy conversion: measured faster than tiktoken's
+            # encode_to_numpy, which goes through the special-token-aware encode (~40% slower).
+            return np.asarray(self._tiktoken.encode_ordinary(text), dtype=np.int32)
         pieces = self.pre.split(text)
         cache = self._pieces
         # BPE of a piece does not depend on its neighbours: each distinct new piece goes to
