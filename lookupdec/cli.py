@@ -5,6 +5,7 @@
 ``stats``          llama-lookup-stats: replay a text, count drafted/accepted tokens
 ``merge``          llama-lookup-merge: add several caches into one
 ``inspect``        what a cache file holds (no llama.cpp counterpart)
+``tokenize``       a text file to token ids with a model's GGUF vocabulary (llama_tokenize)
 ``demo``           the whole pipeline on token data shipped with the package
 =================  ==========================================================
 
@@ -121,6 +122,11 @@ def cmd_create(args: argparse.Namespace) -> int:
         vocab_size, fingerprint = vocab_info(args.tokenizer)
     if args.vocab_size is not None:
         vocab_size = args.vocab_size
+    if vocab_size:
+        for path, tokens in zip(args.corpus, corpora, strict=True):
+            top = max(tokens, default=-1)
+            if top >= vocab_size:
+                raise UsageError(f"{path}: token id {top} is not below the vocabulary size {vocab_size}")
     t0 = time.perf_counter()
     with progress_bar(_want_progress(args), "create") as progress:
         cache = build_static_cache(impl, corpora, progress)
@@ -155,6 +161,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.static is not None:
         require_file(args.static, "static cache, -lcs")
     tokens = _load_input(args, args.replay)
+    if args.tokenizer is not None and args.static is not None:
+        from lookupdec.tokens import vocab_info
+
+        _check_static_vocab(args.static, args.tokenizer, *vocab_info(args.tokenizer))
     with progress_bar(_want_progress(args), "replay") as progress:
         stats = replay_stats(
             impl,
@@ -195,6 +205,29 @@ def cmd_stats(args: argparse.Namespace) -> int:
         f"peak RSS {stats['peak_rss_mb']:.1f} MB"
     )
     return EXIT_OK
+
+
+def _check_static_vocab(static: str, tokenizer: str, n_vocab: int, fingerprint: bytes) -> None:
+    """Refuse a lookupdec static index built with another vocabulary than ``tokenizer``'s.
+
+    Done here, on the header fields, rather than in the format readers: other files (legacy,
+    fork) record no vocabulary and are used as they are.
+    """
+    from lookupdec import formats
+
+    if formats.detect_format(static) != "lookupdec":
+        return
+    with formats.LookupdecIndexReader(static) as reader:
+        size, fp = int(reader.vocab_size), bytes(reader.vocab_fingerprint)
+    if fp != bytes(8) and fp != fingerprint:
+        raise UsageError(
+            f"{static}: static index was built with another vocabulary (fingerprint {fp.hex()}) than "
+            f"{tokenizer} ({fingerprint.hex()}); its token ids would mean other tokens"
+        )
+    if size and size != n_vocab:
+        raise UsageError(
+            f"{static}: static index was built for a vocabulary of {size:,} ids, {tokenizer} has {n_vocab:,}"
+        )
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -311,6 +344,43 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_tokenize(args: argparse.Namespace) -> int:
+    """``lookupdec tokenize``: a text file to raw int32 ids with a model's vocabulary (llama.cpp's ids)."""
+    from lookupdec._atomic import atomic_writer
+    from lookupdec.tokenizer.stream import iter_file_ids, write_ids
+    from lookupdec.tokens import exact_tokenizer
+
+    require_file(args.text, "text file")
+    require_file(args.tokenizer, "vocabulary, --tokenizer")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    t0 = time.perf_counter()
+    tok = exact_tokenizer(args.tokenizer)
+    if tok is None:
+        raise UsageError(f"{args.tokenizer}: not a vocabulary lookupdec tokenizes exactly (give a .gguf)")
+    t_load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with progress_bar(_want_progress(args), "tokenize") as progress, atomic_writer(args.output) as f:
+        parts = iter_file_ids(
+            args.text,
+            tok,
+            add_special=args.add_special,
+            parse_special=args.parse_special,
+            workers=args.workers,
+            progress=progress,
+        )
+        n = write_ids(parts, f)
+    t_encode = time.perf_counter() - t0
+    if not args.quiet:
+        size = os.path.getsize(args.text)
+        print(
+            f"{args.output}: {n:,} tokens from {_mb(size)} of text in {t_encode:.2f} s "
+            f"({size / 1e6 / max(t_encode, 1e-9):.1f} MB/s; vocabulary {tok.n_vocab:,} ids, engine {tok.engine}, "
+            f"loaded in {t_load:.2f} s)"
+        )
+    return EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """``lookupdec demo``: the pipeline on the shipped data."""
     from lookupdec.demo import run_demo
@@ -343,7 +413,8 @@ def _add_input_options(p: argparse.ArgumentParser) -> None:
     kind.add_argument(
         "--tokenizer",
         metavar="T",
-        help="inputs are UTF-8 text, tokenized with this Hugging Face tokenizer.json",
+        help="inputs are UTF-8 text, tokenized with this vocabulary: a llama.cpp .gguf (llama.cpp's ids) "
+        "or a Hugging Face tokenizer.json",
     )
     g.add_argument(
         "--add-bos",
@@ -520,6 +591,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true", help="full integrity check (strict: trailing bytes are errors)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--top", type=int, default=10, metavar="N", help="how many heaviest n-grams to list (default 10)")
+
+    p = _add_command(
+        sub,
+        "tokenize",
+        summary="tokenize a text file with a model's vocabulary, as llama.cpp does (GGUF)",
+        description="Tokenize a UTF-8 text file as one text with a model's own vocabulary and write the ids as "
+        "raw little-endian int32 (the token file format create and stats read). The ids are llama.cpp's "
+        "(llama_tokenize with add_special and parse_special on, as llama-lookup-create and -stats use): "
+        "BOS when the vocabulary asks for it, special-token text such as <|begin_of_text|> read as the "
+        "special token. VOCAB is a .gguf file (vocabulary-only or a full model; only its header is read) "
+        "or a byte-level BPE tokenizer.json of a type llama.cpp knows. Large files are streamed in bounded "
+        "memory and encoded on every core; the ids equal those of encoding the whole file at once.",
+        examples="""
+            lookupdec tokenize wiki.test.raw --tokenizer ggml-vocab-llama-bpe.gguf -o wiki.test.llama3.bin
+            lookupdec tokenize corpus.txt --tokenizer Meta-Llama-3-8B.Q4_K_M.gguf -o corpus.bin --workers 4
+            lookupdec tokenize prompt.txt --tokenizer qwen2.gguf -o p.bin --no-add-special --no-parse-special
+            """,
+        func=cmd_tokenize,
+    )
+    p.add_argument("text", metavar="TEXT_FILE", help="UTF-8 text, tokenized as one text (one BOS)")
+    p.add_argument("--tokenizer", required=True, metavar="VOCAB", help="the model's .gguf (or a tokenizer.json)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="the token file to write (raw int32)")
+    p.add_argument(
+        "--no-add-special", dest="add_special", action="store_false",
+        help="add no BOS/EOS (llama.cpp's add_special=false); by default the vocabulary's add_bos/add_eos decide",
+    )  # fmt: skip
+    p.add_argument(
+        "--no-parse-special", dest="parse_special", action="store_false",
+        help="keep control-token text such as <|begin_of_text|> as plain text (parse_special=false)",
+    )  # fmt: skip
+    p.add_argument("--workers", type=int, metavar="N", help="processes encoding in parallel (default: every CPU)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary line")
 
     p = _add_command(
         sub,
