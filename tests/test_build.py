@@ -20,7 +20,7 @@ from lookupdec import build, formats
 from lookupdec.cli import main
 from lookupdec.errors import CacheFormatError, TokenFileError
 
-from .conftest import SHARED_DATA, fast_or_skip
+from .conftest import SHARED_DATA, fast_impl
 
 DEMO = Path(__file__).resolve().parent.parent / "lookupdec" / "data" / "enwiki_wt.demo.llama3.bin"
 
@@ -83,15 +83,27 @@ def test_create_matches_independent_writer(tmp_path: Path, memory: int | None, l
     assert summary.saturated == 0
 
 
-def test_create_same_bytes_for_any_workers_and_budget(tmp_path: Path) -> None:
+# Process pools are slow-marked (the default run stays light); one process covers the same spills.
+POOL = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    ("memory", "workers"),
+    [
+        (100_000, 1),
+        pytest.param(None, 2, marks=POOL),
+        pytest.param(200_000, 2, marks=POOL),
+        pytest.param(100_000, 3, marks=POOL),
+    ],
+)
+def test_create_same_bytes_for_any_workers_and_budget(tmp_path: Path, memory: int | None, workers: int) -> None:
     corpora = random_corpora(3, 0, 128_000, [20_000, 7_000])
     paths = write_corpora(tmp_path, corpora)
     want = expected_bytes(tmp_path, corpora)
     # 200 KB over 2 workers: 7 shards of 4096 ids, 19 buckets; 100 KB over 3: 40 buckets.
-    for memory, workers in [(None, 2), (200_000, 2), (100_000, 3)]:
-        out = tmp_path / f"out-{memory}-{workers}.lkdc"
-        build.create_index(paths, out, memory=memory, workers=workers)
-        assert out.read_bytes() == want, (memory, workers)
+    out = tmp_path / f"out-{memory}-{workers}.lkdc"
+    build.create_index(paths, out, memory=memory, workers=workers)
+    assert out.read_bytes() == want, (memory, workers)
 
 
 def test_create_reads_npy_and_arrays(tmp_path: Path) -> None:
@@ -113,24 +125,57 @@ def test_create_empty_corpus_writes_empty_index(tmp_path: Path) -> None:
 
 def test_create_demo_matches_fast_builder(tmp_path: Path) -> None:
     """The demo corpus: the same bytes as the fast implementation's NgramCache + write_static."""
-    fast = fast_or_skip()
-    from lookupdec.cli import build_static_cache
+    fast = fast_impl()
+    from lookupdec._pipeline import build_static_cache
 
     tokens = np.fromfile(DEMO, dtype="<i4")[:60_000]
     corpus = tmp_path / "demo-slice.bin"
     tokens.tofile(corpus)
     cache = build_static_cache(fast, [tokens.tolist()])
     formats.write_static(cache.items(), tmp_path / "old.lkdc", "lookupdec")
-    for memory, workers in [(None, 1), (400_000, 2)]:
-        build.create_index([corpus], tmp_path / "new.lkdc", memory=memory, workers=workers)
+    for memory in [None, 400_000]:  # in memory, then spilled (2 workers: the slow real-slice test)
+        build.create_index([corpus], tmp_path / "new.lkdc", memory=memory, workers=1)
         assert (tmp_path / "new.lkdc").read_bytes() == (tmp_path / "old.lkdc").read_bytes()
+
+
+@pytest.mark.parametrize(("impl", "n_tokens"), [("fast", 60_000), ("reference", 15_000)])
+def test_cli_create_matches_the_in_memory_create(tmp_path: Path, capsys: Any, impl: str, n_tokens: int) -> None:
+    """``lookupdec create`` (lookupdec format: lookupdec.build) writes the bytes of the in-memory path.
+
+    The in-memory path is what ``create --format llama``/``fork-v2`` still run, and what the
+    default format ran before lookupdec.build: an implementation's NgramCache counted by
+    ``_pipeline.build_static_cache`` and written by ``_pipeline.write_cache`` (formats' writer).
+    """
+    import lookupdec
+    from lookupdec._pipeline import build_static_cache, write_cache
+
+    tokens = np.fromfile(DEMO, dtype="<i4")[:n_tokens]
+    halves = [tokens[: n_tokens // 3].tolist(), tokens[n_tokens // 3 :].tolist()]  # two corpora: no 2-gram spans them
+    paths = write_corpora(tmp_path, halves)
+    cache = build_static_cache(lookupdec.implementation(impl), halves)
+    write_cache(cache, str(tmp_path / "old.lkdc"), "lookupdec", vocab_size=128256)
+    out = str(tmp_path / "new.lkdc")
+    assert main(["create", *paths, "-o", out, "-q", "--vocab-size", "128256"]) == 0, capsys
+    assert Path(out).read_bytes() == (tmp_path / "old.lkdc").read_bytes()
+
+
+@pytest.mark.parametrize("fmt", ["lookupdec", "llama"])
+def test_cli_create_refuses_ids_past_the_vocabulary(tmp_path: Path, capsys: Any, fmt: str) -> None:
+    (path,) = write_corpora(tmp_path, [[5, 6, 7, 300, 8]])
+    out = tmp_path / "o.lkdc"
+    assert main(["create", path, "-o", str(out), "-q", "--vocab-size", "300", "--format", fmt]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lookupdec: error: ") and err.count("\n") == 1
+    assert path in err and "token id 300" in err and "vocabulary size 300" in err
+    assert not out.exists()
+    assert main(["create", path, "-o", str(out), "-q", "--vocab-size", "301", "--format", fmt]) == 0
 
 
 @pytest.mark.slow
 def test_create_real_slice_matches_fast_builder(tmp_path: Path) -> None:
     """A 1M-token slice of enwiki_wt.10M, with budgets that spill dozens of buckets."""
-    fast = fast_or_skip()
-    from lookupdec.cli import build_static_cache
+    fast = fast_impl()
+    from lookupdec._pipeline import build_static_cache
 
     src = SHARED_DATA / "enwiki_wt.10M.llama3.bin"
     if not src.exists():
@@ -211,6 +256,7 @@ def test_merge_saturates_counts_past_int32(tmp_path: Path) -> None:
 # command line
 
 
+@POOL
 def test_cli_create_memory_and_workers_same_file(tmp_path: Path, capsys: Any) -> None:
     a, b = str(tmp_path / "a.lkdc"), str(tmp_path / "b.lkdc")
     assert main(["create", str(DEMO), "-o", a, "-q"]) == 0

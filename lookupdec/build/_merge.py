@@ -24,14 +24,11 @@ from lookupdec.build._count import I64, IdCode, merge_runs, part_from_run, split
 from lookupdec.build._create import BYTES_PER_ENTRY, Progress, default_memory, default_workers
 from lookupdec.build._write import AnyPart, IndexSummary, MemoryPart, write_index
 from lookupdec.errors import CacheFormatError
-from lookupdec.formats import LookupdecIndexReader
+from lookupdec.formats import INDEX_HEADER_SIZE, LookupdecIndexReader
+from lookupdec.formats.index_header import index_header
 
 CHECK_BLOCK = 1 << 24
 """Bytes hashed per read while checking an input's checksum."""
-
-
-def _align8(n: int) -> int:
-    return (n + 7) & ~7
 
 
 @dataclass(frozen=True)
@@ -49,14 +46,11 @@ class IndexInput:
     @staticmethod
     def open(path: str) -> IndexInput:
         """Check the header (constant time) and locate the sections."""
-        with LookupdecIndexReader(path) as r:
-            n_keys, n_entries, n_slots = r.n_keys, r.n_entries, r.n_slots
-        keys_at = 96 + 4 * n_slots
-        starts_at = keys_at + 8 * n_keys
-        picks_at = starts_at + 8 * (n_keys + 1)
-        tokens_at = _align8(picks_at + 4 * n_keys)
-        counts_at = _align8(tokens_at + 4 * n_entries)
-        return IndexInput(path, n_keys, n_entries, keys_at, starts_at, tokens_at, counts_at)
+        with LookupdecIndexReader(path):  # a regular file whose header passes every constant-time check
+            pass
+        with open(path, "rb") as f:  # the sections' offsets, from the format's one description of the layout
+            h = index_header(path, f.read(INDEX_HEADER_SIZE), os.fstat(f.fileno()).st_size)
+        return IndexInput(path, h.n_keys, h.n_entries, h.keys_offset, h.starts_offset, h.tokens_offset, h.counts_offset)
 
     def read(self, section: str, start: int, stop: int) -> Any:
         """Elements ``start .. stop - 1`` of ``keys``, ``starts``, ``tokens`` or ``counts``."""

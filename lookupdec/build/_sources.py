@@ -77,6 +77,30 @@ class Source:
             lo, hi = (bl, bh) if hi < lo else (min(lo, bl), max(hi, bh))
         return lo, hi
 
+    def check_ids(self, vocab_size: int = 0) -> None:
+        """TokenFileError at the first negative id, or the first id not below ``vocab_size`` (0: no bound).
+
+        What the command line asks of a corpus (see :func:`lookupdec.tokens.check_token_ids`);
+        the functions of this package accept any int32 id. One pass over the source, in blocks.
+        """
+        itemsize = np.dtype(self.dtype).itemsize
+        for s in range(0, self.length, SCAN_BLOCK):
+            block = self.read(s, min(s + SCAN_BLOCK, self.length))
+            bad = block < 0
+            if vocab_size:
+                bad |= block >= vocab_size
+            hits = np.flatnonzero(bad)
+            if hits.size:
+                i = int(hits[0])
+                value = int(block[i])
+                what = "is negative; token ids are >= 0"
+                if value >= 0:
+                    what = f"is not below the vocabulary size {vocab_size}"
+                raw = self.path is not None and not self.name.lower().endswith(".npy")
+                raise TokenFileError(
+                    self.name, f"token id {value} at position {s + i} {what}", (s + i) * itemsize if raw else None
+                )
+
     def distinct(self) -> npt.NDArray[np.int64]:
         """The sorted distinct ids."""
         seen = np.zeros(0, dtype=np.int64)
