@@ -100,7 +100,7 @@ class NgramCache:
         self._map.clear()
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the cache in llama.cpp's legacy format (atomically: temp file, then rename)."""
+        """Write the cache in llama.cpp's legacy format (atomically); counts past 2^31-1 saturate."""
         from lookupdec.reference.files import save_legacy
 
         save_legacy(self, path)

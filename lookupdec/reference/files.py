@@ -17,9 +17,9 @@ import sys
 import warnings
 
 from lookupdec._atomic import atomic_writer
-from lookupdec.errors import CacheFormatError
+from lookupdec.errors import CacheFormatError, warn_saturated
 from lookupdec.formats import detect_format
-from lookupdec.reference.cache import NgramCache
+from lookupdec.reference.cache import INT32_MAX, NgramCache
 from lookupdec.reference.draft import PartSource
 
 _KEY = struct.Struct("<4i")
@@ -57,8 +57,7 @@ def parse_legacy(data: bytes, path: str | os.PathLike[str], *, strict: bool = Fa
         if size - offset < ntokens * _PAIR.size:
             raise CacheFormatError(
                 path,
-                f"record cut short: ntokens = {ntokens} needs {ntokens * _PAIR.size} bytes, "
-                f"{size - offset} left",
+                f"record cut short: ntokens = {ntokens} needs {ntokens * _PAIR.size} bytes, {size - offset} left",
                 offset,
             )
         part: dict[int, int] = {}
@@ -80,23 +79,34 @@ def parse_legacy(data: bytes, path: str | os.PathLike[str], *, strict: bool = Fa
 
 def encode_legacy(cache: NgramCache) -> bytes:
     """The legacy-format bytes of ``cache``, keys and followers ascending."""
+    return encode_legacy_saturating(cache)[0]
+
+
+def encode_legacy_saturating(cache: NgramCache) -> tuple[bytes, int]:
+    """The legacy-format bytes of ``cache`` and how many counts were capped at 2^31-1."""
     # One flat int32 array, packed at once: a struct call per pair made large caches slow.
     words = array.array("i")
+    n_saturated = 0
     for key, followers in cache.contents():
         words.extend(key)
         words.append(len(followers))
-        for pair in followers:
-            words.extend(pair)
+        for token, count in followers:
+            if count > INT32_MAX:  # merged counts can pass what the format holds: saturate
+                count = INT32_MAX
+                n_saturated += 1
+            words.append(token)
+            words.append(count)
     if sys.byteorder != "little":
         words.byteswap()
-    return words.tobytes()
+    return words.tobytes(), n_saturated
 
 
 def save_legacy(cache: NgramCache, path: str | os.PathLike[str]) -> None:
-    """Write ``cache`` to ``path`` in the legacy format, atomically."""
-    data = encode_legacy(cache)
+    """Write ``cache`` to ``path`` in the legacy format, atomically; counts past 2^31-1 saturate."""
+    data, n_saturated = encode_legacy_saturating(cache)
     with atomic_writer(path) as f:
         f.write(data)
+    warn_saturated(path, n_saturated, stacklevel=3)
 
 
 def load_cache(path: str | os.PathLike[str], *, strict: bool = False) -> NgramCache:
