@@ -18,7 +18,7 @@ from __future__ import annotations
 import operator
 import os
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Protocol
@@ -308,11 +308,12 @@ class Request:
             raise RequestClosedError(f"{what}() on a request that has ended")
         return self._context
 
-    def propose(self, k: int | None = None) -> list[int]:
+    def propose(self, k: int | None = None, stop: Collection[int] = ()) -> list[int]:
         """Up to ``k`` (default: the Drafter's ``n_draft``) tokens likely to follow :attr:`tokens`.
 
-        Drafts nothing before two tokens are known. The proposal counts toward the stats; the
-        next :meth:`extend` calls say how much of it was right.
+        Drafts nothing before two tokens are known. A proposal is cut before its first token in
+        ``stop`` (end-of-sequence ids: the model must not accept past them). The proposal counts
+        toward the stats; the next :meth:`extend` calls say how much of it was right.
         """
         context = self._live_context("propose")
         d = self._drafter
@@ -325,6 +326,11 @@ class Request:
             p = d.primitives
             p.draft(tokens, drafted, n, p.ngram_min, p.ngram_max, context, d._dynamic, d._static)
         proposal = drafted[1:]
+        if stop:
+            for i, t in enumerate(proposal):
+                if t in stop:
+                    del proposal[i:]
+                    break
         self._proposal = proposal
         self._matched = 0
         self.n_drafted += len(proposal)
