@@ -163,6 +163,10 @@ class Drafter:
             self._dynamic = dynamic
             self._owns_dynamic = False
         self._added = p.new_cache()  # what ended requests added since the last save
+        # The primitives as instance attributes: each propose reads them (a hot path).
+        self._draft = p.draft
+        self._ngram_min = p.ngram_min
+        self._ngram_max = p.ngram_max
         self._requests = self._proposals = self._n_drafted = self._n_accept = 0
         self._open = 0
 
@@ -248,9 +252,7 @@ class Drafter:
         self._open -= 1
 
     def _check_ids(self, ids: list[int], what: str) -> None:
-        if not ids:
-            return
-        if min(ids) < 0 or max(ids) >= self._id_limit:
+        if ids and (min(ids) < 0 or max(ids) >= self._id_limit):
             for i, t in enumerate(ids):
                 if t < 0 or t >= self._id_limit:
                     bound = f"the vocabulary size {self.vocab_size}" if self.vocab_size is not None else "2^31"
@@ -321,11 +323,12 @@ class Request:
         if n < 0:
             raise ValueError(f"k must be >= 0, got {n}")
         tokens = self._tokens
-        drafted = [tokens[-1]] if tokens else []
         if tokens and n > 0:
-            p = d.primitives
-            p.draft(tokens, drafted, n, p.ngram_min, p.ngram_max, context, d._dynamic, d._static)
-        proposal = drafted[1:]
+            drafted = [tokens[-1]]
+            d._draft(tokens, drafted, n, d._ngram_min, d._ngram_max, context, d._dynamic, d._static)
+            proposal = drafted[1:]
+        else:
+            proposal = []
         if stop:
             for i, t in enumerate(proposal):
                 if t in stop:
@@ -346,11 +349,13 @@ class Request:
         accepted; the first mismatch ends the proposal.
         """
         context = self._live_context("extend")
-        new = [operator.index(t) for t in ids]
+        index = operator.index  # ints (and numpy integers) only: the reference would take floats
+        new = [index(t) for t in ids]
         if not new:
             return
         d = self._drafter
-        d._check_ids(new, "token")
+        if min(new) < 0 or max(new) >= d._id_limit:
+            d._check_ids(new, "token")
         matched = self._matched
         if matched >= 0:
             proposal = self._proposal

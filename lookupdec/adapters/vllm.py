@@ -29,6 +29,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 import lookupdec
 
 _SIGNATURE = 4  # tokens compared at each end of the known history to recognize a request
@@ -43,21 +45,21 @@ def drafter_from_env(n_draft: int) -> Any:
 
 
 def _as_list(ids: Any) -> list[int]:
+    if type(ids) is list:
+        return ids
     tolist = getattr(ids, "tolist", None)
     return list(tolist()) if tolist is not None else [int(t) for t in ids]
 
 
-def _continues(req: Any, row: Any, known: int) -> bool:
-    """True when ``req`` is the request whose first ``known`` tokens are in ``row``.
+def _continues(req: Any, known: int, first: int, mid: int, last: int) -> bool:
+    """True when ``req`` is a request of ``known`` tokens with these first, middle and last tokens.
 
-    Compares the request's length and its first and last few tokens with the row, not the
-    whole history: enough to tell requests apart, and O(1) per row.
+    Not the whole history: enough to tell requests apart, and O(1) per row.
     """
     tokens: list[int] = req.tokens
-    if len(tokens) != known or known == 0:
-        return False
-    m = min(_SIGNATURE, known)
-    return _as_list(row[:m]) == tokens[:m] and _as_list(row[known - m : known]) == tokens[known - m :]
+    return (
+        len(tokens) == known and known > 0 and tokens[-1] == last and tokens[0] == first and tokens[known >> 1] == mid
+    )
 
 
 class LookupProposer:
@@ -109,27 +111,34 @@ class LookupProposer:
         unclaimed: dict[int, Any] = {id(req): req for req in previous.values()}
         rows: dict[int, Any] = {}
         committed: dict[int, list[int]] = {}
+        batch = [_as_list(s) for s in sampled_token_ids]
+        counts = _as_list(num_tokens_no_spec)[: len(batch)]
+        knowns = [int(n) - len(s) for n, s in zip(counts, batch, strict=True)]
+        # Each row's first, middle and last known token, gathered in three vectorized reads.
+        ids = np.asarray(token_ids_cpu)
+        rows_ix = np.arange(len(batch))
+        known_ix = np.asarray(knowns, dtype=np.int64)
+        firsts = ids[rows_ix, 0].tolist()
+        mids = ids[rows_ix, known_ix >> 1].tolist()
+        lasts = ids[rows_ix, np.maximum(known_ix - 1, 0)].tolist()
         # Pass 1: which request is in which row now.
-        for i, sampled_ids in enumerate(sampled_token_ids):
-            sampled = _as_list(sampled_ids)
-            n = int(num_tokens_no_spec[i])
-            row = token_ids_cpu[i]
-            known = n - len(sampled)
+        for i, sampled in enumerate(batch):
+            known, sig = knowns[i], (firsts[i], mids[i], lasts[i])
             req = previous.get(i)
-            if req is None or id(req) not in unclaimed or not _continues(req, row, known):
-                req = next((r for r in unclaimed.values() if _continues(r, row, known)), None)
+            if req is None or id(req) not in unclaimed or not _continues(req, known, *sig):
+                req = next((r for r in unclaimed.values() if _continues(r, known, *sig)), None)
             if req is not None:
                 del unclaimed[id(req)]
                 rows[i] = req
                 committed[i] = sampled
             elif sampled:
-                committed[i] = _as_list(row[:n])  # a new request: its whole history is the prompt
+                committed[i] = ids[i, : int(counts[i])].tolist()  # a new request: its whole history is the prompt
         # Requests in no row have finished (or were preempted): merge them before drafting.
         for req in unclaimed.values():
             req.end()
         # Pass 2: count what each row committed, then draft within the model's length budget.
         drafts: list[list[int]] = []
-        for i, sampled_ids in enumerate(sampled_token_ids):
+        for i, sampled in enumerate(batch):
             new = committed.get(i)
             if new is None:
                 drafts.append([])
@@ -141,7 +150,7 @@ class LookupProposer:
                 req.extend(new)
             n = len(req.tokens)
             k = min(self.k, self.max_model_len - n)
-            drafts.append(req.propose(k) if k > 0 and len(sampled_ids) > 0 else [])
+            drafts.append(req.propose(k) if k > 0 and sampled else [])
         self._rows = rows
         return drafts
 
