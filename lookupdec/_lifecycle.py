@@ -153,16 +153,22 @@ class Drafter:
         self._static = self._open_static(static, vocab_fingerprint, in_memory)
         self._dynamic_path: str | None = None
         self._owns_dynamic = True
+        # What ended requests added since the last save. None while the dynamic cache holds
+        # exactly that (it started empty and nothing was saved yet): one merge per request end
+        # instead of two.
+        self._added: Cache | None = None
         if dynamic is None:
             self._dynamic = p.new_cache()
         elif isinstance(dynamic, (str, os.PathLike)):
             self._dynamic_path = os.fspath(dynamic)
             exists = os.path.exists(self._dynamic_path) and os.path.getsize(self._dynamic_path) > 0
             self._dynamic = p.load_cache(self._dynamic_path) if exists else p.new_cache()
+            if exists:
+                self._added = p.new_cache()
         else:
             self._dynamic = dynamic
             self._owns_dynamic = False
-        self._added = p.new_cache()  # what ended requests added since the last save
+            self._added = p.new_cache()
         # The primitives as instance attributes: each propose reads them (a hot path).
         self._draft = p.draft
         self._ngram_min = p.ngram_min
@@ -240,7 +246,8 @@ class Drafter:
         else:
             target = os.fspath(path)
         p = self.primitives
-        written = merge_into_file(target, self._added, p.load_cache, p.new_cache)
+        added = self._added if self._added is not None else self._dynamic
+        written = merge_into_file(target, added, p.load_cache, p.new_cache)
         self._added = p.new_cache()
         if self._owns_dynamic and target == self._dynamic_path:
             # Draft from what every process has saved so far, not only from this one's counts.
@@ -248,7 +255,8 @@ class Drafter:
 
     def _end(self, context: Cache) -> None:
         self._dynamic.merge(context)
-        self._added.merge(context)
+        if self._added is not None:
+            self._added.merge(context)
         self._open -= 1
 
     def _check_ids(self, ids: list[int], what: str) -> None:
@@ -305,11 +313,6 @@ class Request:
         """True once the request has ended."""
         return self._context is None
 
-    def _live_context(self, what: str) -> Cache:
-        if self._context is None:
-            raise RequestClosedError(f"{what}() on a request that has ended")
-        return self._context
-
     def propose(self, k: int | None = None, stop: Collection[int] = ()) -> list[int]:
         """Up to ``k`` (default: the Drafter's ``n_draft``) tokens likely to follow :attr:`tokens`.
 
@@ -317,7 +320,9 @@ class Request:
         ``stop`` (end-of-sequence ids: the model must not accept past them). The proposal counts
         toward the stats; the next :meth:`extend` calls say how much of it was right.
         """
-        context = self._live_context("propose")
+        context = self._context  # inline checks, not a helper call: propose and extend run every step
+        if context is None:
+            raise RequestClosedError("propose() on a request that has ended")
         d = self._drafter
         n = d.n_draft if k is None else operator.index(k)
         if n < 0:
@@ -348,7 +353,9 @@ class Request:
         token. The proposal's tokens that ``ids`` confirm, in order from its first, count as
         accepted; the first mismatch ends the proposal.
         """
-        context = self._live_context("extend")
+        context = self._context
+        if context is None:
+            raise RequestClosedError("extend() on a request that has ended")
         index = operator.index  # ints (and numpy integers) only: the reference would take floats
         new = [index(t) for t in ids]
         if not new:

@@ -6,6 +6,7 @@ from the shared data, else the shipped demo text) with the "model" choosing the 
 
 1. one request at context 4096: a step is ``propose()`` plus ``extend(accepted + next)``;
    the bare step is ``draft(...)`` plus ``NgramCache.update(tokens, n)`` (what ``replay`` does);
+   both include the request's end (its context merged into the dynamic cache);
 2. 64 concurrent requests through ``LookupProposer.propose`` (vLLM's call: one per batch), vs
    the same requests driven by id through ``Request`` objects, vs bare ``draft``/``update``;
 3. resident memory per open request at 4096 tokens (RSS growth over 64 open requests).
@@ -71,6 +72,7 @@ def one_request_bare(impl: Any, static: Any, text: list[int]) -> tuple[float, in
         out.extend(new)
         ctx.update(out, len(new))
         steps += 1
+    dyn.merge(ctx)  # the request ends: its context joins the dynamic cache (the Drafter's end() does this)
     return time.perf_counter() - t0, steps
 
 

@@ -267,3 +267,16 @@ class TestConcurrentSaveReference(ReferenceImpl, ConcurrentSaveTests):
 
 class TestConcurrentSaveFast(FastImpl, ConcurrentSaveTests):
     pass
+
+
+def test_import_lookupdec_pulls_no_engine() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, lookupdec\n"
+        "d = lookupdec.Drafter()\n"
+        "bad = [m for m in ('torch', 'transformers', 'vllm', 'llama_cpp', 'lookupdec.adapters') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -582,7 +582,11 @@ class NgramCache(StaticSource):
         self._reset()
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the cache in llama.cpp's legacy format (atomically); counts past 2^31-1 saturate."""
+        """Write the cache in llama.cpp's legacy format (atomically); counts past 2^31-1 saturate.
+
+        Replaces the file, as llama.cpp's save does: to add counts to a file other processes
+        share, use ``Drafter.save`` (a locked merge into what is on disk).
+        """
         from lookupdec._atomic import atomic_writer
 
         data, n_saturated = self._encode_legacy()

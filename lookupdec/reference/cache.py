@@ -100,7 +100,11 @@ class NgramCache:
         self._map.clear()
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the cache in llama.cpp's legacy format (atomically); counts past 2^31-1 saturate."""
+        """Write the cache in llama.cpp's legacy format (atomically); counts past 2^31-1 saturate.
+
+        Replaces the file, as llama.cpp's save does: to add counts to a file other processes
+        share, use ``Drafter.save`` (a locked merge into what is on disk).
+        """
         from lookupdec.reference.files import save_legacy
 
         save_legacy(self, path)
