@@ -13,6 +13,7 @@ from the shared data, else the shipped demo text) with the "model" choosing the 
 
     python -m perf.bench_drafter --impl fast --rounds 5
     python -m perf.bench_drafter --impl fast --static        # with the demo corpus as static cache
+    python -m perf.bench_drafter --impl fast --accept        # acceptance on the shipped demo replay
 """
 
 from __future__ import annotations
@@ -241,6 +242,30 @@ def memory_per_request(impl: Any, text: list[int]) -> float:
     return grown / BATCH
 
 
+# --- acceptance on the shipped demo replay ------------------------------------------------------
+
+
+def demo_acceptance(impl: Any) -> None:
+    """Drafted/accepted on the shipped demo text: replay, a Drafter driven the same way, the vLLM adapter."""
+    text: list[int] = np.fromfile(DEMO / "wiki.test.demo.llama3.bin", dtype="<i4").tolist()
+    corpus: list[int] = np.fromfile(DEMO / "enwiki_wt.demo.llama3.bin", dtype="<i4").tolist()
+    print(f"acceptance on the shipped demo replay ({len(text):,} tokens, n_ctx {CTX}, n_draft {K}):")
+    for label, static in (("none", None), ("demo corpus", impl.build_static(corpus))):
+        r = impl.replay(text, CTX, K, static)
+        drafter = impl.Drafter(static=static, n_draft=K)
+        for start in range(0, len(text) - CTX, CTX):  # llama-lookup-stats' loop, through requests
+            chunk = text[start : start + CTX]
+            with drafter.request(chunk[:1]) as req:
+                while len(req.tokens) < CTX:
+                    req.extend(accepted_prefix(req.propose(), chunk, len(req.tokens), CTX))
+        d = drafter.stats
+        _, _, v = batch_proposer(impl, static, text, 512)
+        vs = v.stats
+        print(f"  static {label:<12} replay {r.n_accept:,}/{r.n_drafted:,} = {r.accept:.2f} %")
+        print(f"  {'':19} Drafter {d.n_accept:,}/{d.n_drafted:,} = {d.accept:.2f} %")
+        print(f"  {'':19} vLLM adapter, {BATCH} concurrent: {vs.n_accept:,}/{vs.n_drafted:,} = {vs.accept:.2f} %")
+
+
 # --- driver ------------------------------------------------------------------------------------
 
 
@@ -250,8 +275,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians are reported)")
     parser.add_argument("--static", action="store_true", help="use the shipped demo corpus as static cache")
     parser.add_argument("--prompt", type=int, default=512, help="prompt tokens of each batch request")
+    parser.add_argument("--accept", action="store_true", help="only the acceptance on the shipped demo replay")
     args = parser.parse_args()
     impl = lookupdec.implementation(args.impl)
+    if args.accept:
+        demo_acceptance(impl)
+        return
     text, name = load_text()
     static: Any = None
     if args.static:
