@@ -356,13 +356,18 @@ class Request:
         context = self._context
         if context is None:
             raise RequestClosedError("extend() on a request that has ended")
-        index = operator.index  # ints (and numpy integers) only: the reference would take floats
-        new = [index(t) for t in ids]
+        new = list(ids)
         if not new:
             return
         d = self._drafter
-        if min(new) < 0 or max(new) >= d._id_limit:
-            d._check_ids(new, "token")
+        limit = d._id_limit
+        # A plain loop: for the usual 1-9 plain ints it costs a fraction of a list comprehension.
+        for t in new:
+            if type(t) is not int or t < 0 or t >= limit:
+                # numpy integers become ints; floats raise TypeError (the reference would take them)
+                new = [operator.index(x) for x in new]
+                d._check_ids(new, "token")
+                break
         matched = self._matched
         if matched >= 0:
             proposal = self._proposal

@@ -125,7 +125,13 @@ class DrafterTests(ImplTests):
             drafter.request([0, -1])
         with pytest.raises(VocabularyError, match="below 2\\^31"):
             self.impl.Drafter().request([2**31])
+        with pytest.raises(TypeError):
+            req.extend([3, 1.5])
         assert req.tokens == [1, 2]  # a refused extend commits nothing
+        import numpy as np
+
+        req.extend(np.array([7, 8], dtype=np.int32))  # numpy integers are token ids
+        assert req.tokens == [1, 2, 7, 8] and all(type(t) is int for t in req.tokens)
         req.end()
         req.end()  # ending twice is harmless
         with pytest.raises(RequestClosedError, match="propose"):
