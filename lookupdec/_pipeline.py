@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any
 
 import lookupdec
-from lookupdec.errors import LookupdecError
+from lookupdec.errors import LookupdecError, warn_saturated
 
 ProgressCallback = Callable[[int, int], None]
 """``progress(done, total)``, called as work advances."""
@@ -198,21 +198,6 @@ def write_cache(cache: Any, path: str, fmt: str, vocab_size: int = 0, vocab_fing
 INT32_MAX = 2**31 - 1
 
 
-def warn_saturated(path: str, n_over: int, stacklevel: int = 2) -> None:
-    """The one warning, naming ``path``, that ``n_over`` counts were saturated at 2^31-1 (none if 0).
-
-    Shared by the in-memory merge (:func:`saturate_counts`) and ``lookupdec.build``'s streamed
-    create and merge, which count what they clip as they write.
-    """
-    if n_over:
-        import warnings
-
-        warnings.warn(
-            f"{path}: {n_over:,} count(s) above 2^31-1 saturated at {INT32_MAX} (no cache format holds more)",
-            stacklevel=stacklevel,
-        )
-
-
 def saturate_counts(impl: ModuleType, cache: Any, path: str) -> Any:
     """``cache``, or a copy with every count above 2^31-1 set to 2^31-1, and one warning naming ``path``.
 
@@ -222,7 +207,7 @@ def saturate_counts(impl: ModuleType, cache: Any, path: str) -> Any:
     n_over = sum(1 for _, part in cache.items() for c in part.values() if c > INT32_MAX)
     if not n_over:
         return cache
-    warn_saturated(path, n_over, stacklevel=3)
+    warn_saturated(path, n_over, stacklevel=2)
     return impl.NgramCache.from_contents(
         (key, [(t, min(c, INT32_MAX)) for t, c in sorted(part.items())]) for key, part in cache.items()
     )

@@ -38,10 +38,9 @@ from lookupdec._pipeline import (
     require_file,
     resolve_impl,
     saturate_counts,
-    warn_saturated,
     write_cache,
 )
-from lookupdec.errors import LookupdecError
+from lookupdec.errors import LookupdecError, warn_saturated
 
 INT32_MAX = 2**31 - 1
 EXIT_OK = 0

@@ -23,6 +23,8 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 # reference may use them, and ``import lookupdec.reference`` stays free of numpy & co.
 STDLIB_LEAVES = {
     "lookupdec._atomic",
+    "lookupdec._lifecycle",  # the Drafter's request lifecycle, shared by both implementations
+    "lookupdec._shared_file",
     "lookupdec._version",
     "lookupdec.errors",
     "lookupdec.result",

@@ -21,6 +21,7 @@ from lookupdec.fast._core import (
     replay,
 )
 from lookupdec.fast._index import StaticIndex, load_static
+from lookupdec.fast.drafter import Drafter
 from lookupdec.result import ReplayResult
 
 IMPLEMENTATION = "fast"
@@ -41,6 +42,7 @@ __all__ = [
     "NGRAM_MIN",
     "NGRAM_STATIC",
     "TOKEN_NULL",
+    "Drafter",
     "NgramCache",
     "ReplayResult",
     "StaticIndex",

@@ -33,7 +33,7 @@ from librt.strings import BytesWriter, read_i32_le, write_i32_le
 from librt.vecs import append, vec
 from mypy_extensions import i32, i64
 
-from lookupdec.errors import CacheFormatError, TokenRangeError
+from lookupdec.errors import CacheFormatError, TokenRangeError, warn_saturated
 from lookupdec.result import ReplayResult
 
 NGRAM_MIN: Final = 1
@@ -582,7 +582,7 @@ class NgramCache(StaticSource):
         self._reset()
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the cache in llama.cpp's legacy format (atomically: temp file, then rename).
+        """Write the cache in llama.cpp's legacy format (atomically); counts past 2^31-1 saturate.
 
         This overwrites ``path`` with this cache alone, as llama.cpp's ``save`` does: when
         several processes share one dynamic cache file, the last save wins and the others'
@@ -591,13 +591,16 @@ class NgramCache(StaticSource):
         """
         from lookupdec._atomic import atomic_writer
 
-        data = self._encode_legacy()
+        data, n_saturated = self._encode_legacy()
         with atomic_writer(path) as f:
             f.write(data)
+        # Compiled, this method has no Python frame: the caller is one level up, not two.
+        warn_saturated(path, n_saturated, stacklevel=1)
 
-    def _encode_legacy(self) -> bytes:
-        """The legacy-format bytes of the cache, keys and followers ascending (as the reference)."""
+    def _encode_legacy(self) -> tuple[bytes, int]:
+        """The legacy-format bytes (keys and followers ascending, as the reference) and the saturated count."""
         w = BytesWriter()
+        n_saturated = 0
         for kid in self._sorted_kids():
             w0 = self._k0[kid]
             w1 = self._k1[kid]
@@ -608,9 +611,13 @@ class NgramCache(StaticSource):
             fol = self._sorted_followers(kid)
             write_i32_le(w, i32(len(fol)))
             for tok, cnt in fol:
+                c = i64(cnt)  # an i64 local: reassigning the boxed loop variable miscompiled (gave -1)
+                if c > INT32_MAX:  # merged counts can pass what the format holds: saturate
+                    c = INT32_MAX
+                    n_saturated += 1
                 write_i32_le(w, i32(tok))
-                write_i32_le(w, i32(cnt))
-        return w.getvalue()
+                write_i32_le(w, i32(c))
+        return w.getvalue(), n_saturated
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, strict: bool = False) -> NgramCache:

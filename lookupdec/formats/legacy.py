@@ -22,12 +22,13 @@ import warnings
 from collections.abc import Iterable, Sequence
 
 from lookupdec._atomic import atomic_writer
-from lookupdec.errors import CacheFormatError
+from lookupdec.errors import CacheFormatError, warn_saturated
 from lookupdec.formats.detect import Key
 
 _KEY = struct.Struct("<4i")
 _I32 = struct.Struct("<i")
 _PAIR = struct.Struct("<ii")
+INT32_MAX = 2**31 - 1  # the largest count a file holds
 
 
 def decode_legacy(data: bytes, path: str | os.PathLike[str], *, strict: bool = False) -> dict[Key, dict[int, int]]:
@@ -78,23 +79,43 @@ def encode_legacy(contents: Iterable[tuple[Sequence[int], Sequence[tuple[int, in
     """The legacy-format bytes of ``contents`` ((key, [(token, count), ...]) in the order given).
 
     Pass canonical contents (keys and followers ascending) to get lookupdec's canonical file.
+    Counts above 2^31-1 are written as 2^31-1 (see :func:`encode_legacy_saturating`).
+    """
+    return encode_legacy_saturating(contents)[0]
+
+
+def encode_legacy_saturating(
+    contents: Iterable[tuple[Sequence[int], Sequence[tuple[int, int]]]],
+) -> tuple[bytes, int]:
+    """The legacy-format bytes of ``contents`` and how many counts were capped at 2^31-1.
+
+    Merged counts can pass what the format holds (int32); every writer saturates them, so a
+    shared dynamic cache can always be saved.
     """
     # One flat int32 array, packed at once: a struct call per pair made large caches slow.
     words = array.array("i")
+    n_saturated = 0
     for key, followers in contents:
         words.extend(key)
         words.append(len(followers))
-        for pair in followers:
-            words.extend(pair)
+        for token, count in followers:
+            if count > INT32_MAX:
+                count = INT32_MAX
+                n_saturated += 1
+            words.append(token)
+            words.append(count)
     if sys.byteorder != "little":
         words.byteswap()
-    return words.tobytes()
+    return words.tobytes(), n_saturated
 
 
 def write_legacy(
     contents: Iterable[tuple[Sequence[int], Sequence[tuple[int, int]]]], path: str | os.PathLike[str]
 ) -> None:
-    """Write ``contents`` to ``path`` in the legacy format, atomically."""
-    data = encode_legacy(contents)
+    """Write ``contents`` to ``path`` in the legacy format, atomically; counts past 2^31-1 saturate
+    with one :class:`~lookupdec.errors.CountSaturationWarning` naming ``path``."""
+    data, n_saturated = encode_legacy_saturating(contents)
     with atomic_writer(path) as f:
         f.write(data)
+    # warn -> warn_saturated -> write_legacy -> NgramCache.save -> the user's call
+    warn_saturated(path, n_saturated, stacklevel=3)

@@ -15,6 +15,7 @@ from lookupdec.reference.cache import (
     build_static,
 )
 from lookupdec.reference.draft import draft
+from lookupdec.reference.drafter import Drafter
 from lookupdec.reference.files import load_static
 from lookupdec.reference.replay import replay
 from lookupdec.result import ReplayResult
@@ -31,6 +32,7 @@ __all__ = [
     "NGRAM_MIN",
     "NGRAM_STATIC",
     "TOKEN_NULL",
+    "Drafter",
     "NgramCache",
     "ReplayResult",
     "build_static",

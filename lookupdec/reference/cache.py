@@ -102,7 +102,7 @@ class NgramCache:
         self._map.clear()
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the cache in llama.cpp's legacy format (atomically: temp file, then rename).
+        """Write the cache in llama.cpp's legacy format (atomically); counts past 2^31-1 saturate.
 
         This overwrites ``path`` with this cache alone, as llama.cpp's ``save`` does: when
         several processes share one dynamic cache file, the last save wins and the others'
