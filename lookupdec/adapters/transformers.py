@@ -59,11 +59,18 @@ class LookupCandidateGenerator(CandidateGenerator):  # type: ignore[misc,unused-
     ) -> None:
         self.follower = HistoryFollower(drafter)
         """The request-following state (``follower.request`` is the current request)."""
-        if isinstance(eos_token_id, torch.Tensor):
-            eos_token_id = eos_token_id.flatten().tolist()
+        # Narrowed into a new name: without torch installed, torch.Tensor is Any to mypy and
+        # reassigning the parameter would keep its union type.
+        eos_ids: list[int]
+        if eos_token_id is None:
+            eos_ids = []
         elif isinstance(eos_token_id, int):
-            eos_token_id = [eos_token_id]
-        self.eos_token_ids: frozenset[int] = frozenset(eos_token_id or ())
+            eos_ids = [eos_token_id]
+        elif isinstance(eos_token_id, list):
+            eos_ids = eos_token_id
+        else:
+            eos_ids = eos_token_id.flatten().tolist()
+        self.eos_token_ids: frozenset[int] = frozenset(eos_ids)
         """Ids a proposal is cut before."""
         self.max_length = max_length
         """The longest sequence generation may produce (None: no limit)."""
