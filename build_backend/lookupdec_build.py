@@ -22,6 +22,11 @@ MYPYC_REQUIRES = [
     # Pinned: the compiled code is the C this mypy generates; another mypyc version generates
     # different C (and may expect a newer librt API), which is only trusted once tested.
     "mypy==2.4.1",
+    # mypyc type-checks the compiled modules and everything they import, which reaches
+    # lookupdec.formats (numpy arrays, fastconstmap): without them the types degrade and
+    # strict checking fails the build. Same ranges as the runtime dependencies.
+    "numpy>=1.24",
+    "fastconstmap>=0.10.0,<0.11",
 ]
 
 
