@@ -176,6 +176,7 @@ def _track(clone: dict[str, Any], base: str, head: str, out: str) -> tuple[int, 
         "-o",
         str(outdir),
     )
+    print(proc.stdout + proc.stderr)  # the comparison, for `pytest -rP` / `-s`
     return proc.returncode, proc.stdout + proc.stderr, outdir
 
 
