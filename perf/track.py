@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from perf.gate import EXIT_CANNOT_MEASURE, EXIT_FAIL, EXIT_PASS
+from perf.gate import EXIT_CANNOT_MEASURE, EXIT_FAIL, EXIT_PASS, MAX_SLOWDOWN
 
 REPO: Final = Path(__file__).resolve().parents[1]
 SCRIPTS: Final = ("draft", "update", "static", "create", "merge")
@@ -65,7 +65,10 @@ class Side:
 
 
 def _git(repo: Path, *args: str) -> str:
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    try:
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    except OSError as e:  # no git at all (e.g. a bare container)
+        raise TrackError(f"cannot run git: {e}") from e
     if proc.returncode != 0:
         raise TrackError(f"git {' '.join(args)} failed in {repo}: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc.stdout.strip()
@@ -301,7 +304,13 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``python -m perf track`` command line."""
     p = argparse.ArgumentParser(
         prog="python -m perf track",
-        description=__doc__.split("\n\n")[0].strip("`").split(": ", 1)[-1],
+        description=(
+            "Build the base and head commits into two compiled virtualenvs, run the chosen pyperf "
+            "benchmarks on both alternately (ABBA rounds), write base.json, head.json and the comparison "
+            "(compare.txt/.md/.json, plots/) to OUTPUT. Exit 0: no significant regression; 1: a benchmark "
+            f"is significantly slower than base by more than the threshold ({100 * MAX_SLOWDOWN:g}%, "
+            "MAX_SLOWDOWN in perf/gate.py); 2: cannot measure (unknown revision, failed build)."
+        ),
         epilog=(
             "example: python -m perf track --base origin/main --head HEAD --bench draft "
             "--benchmarks draft.static=none  (the first run per commit builds it: a minute or two)"
@@ -317,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", choices=("fast", "full"), default="fast", help="input sizes (default: fast)")
     p.add_argument("-o", "--output", type=Path, default=DEFAULT_OUT, help="directory for the results")
     p.add_argument("--envs", type=Path, default=None, help="where built environments are kept (default: OUTPUT/envs)")
-    p.add_argument("--tolerance", type=float, default=None, help="allowed slowdown (default: perf/gate.py)")
+    p.add_argument("--tolerance", type=float, default=None, help=f"allowed slowdown (default {MAX_SLOWDOWN:g})")
     p.add_argument("--data", default=None, help="token files directory (default: ../shared/data)")
     p.add_argument("--synthetic", action="store_true", help="use the seeded synthetic corpus")
     p.add_argument("--runner", default="", help="name of this machine in compare.json (default: system-arch)")
