@@ -42,6 +42,8 @@ def check_wheel(path: Path, pure: bool) -> list[str]:
     print(f"{path.name}: {path.stat().st_size / 1024:.0f} KiB, {len(names)} entries; extension modules:")
     for n in ext:
         print(f"    {n} ({zipfile.ZipFile(path).getinfo(n).file_size / 1024:.0f} KiB)")
+    if not ext:
+        print("    (none)")
     return problems
 
 
