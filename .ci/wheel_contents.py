@@ -6,6 +6,9 @@ Usage: ``python .ci/wheel_contents.py [--pure] DIST...`` (wheels ``*.whl``, sdis
   library ``lookupdec__mypyc`` they load; a ``--pure`` wheel holds no extension module at all;
 - a wheel holds only ``lookupdec/``, ``lookupdec__mypyc.*`` and its ``.dist-info``: no tests, perf
   harness, build backend, generated C, object files or build directories;
+- both hold every file of the package in this checkout (``git ls-files lookupdec``: every module
+  and subpackage, e.g. ``lookupdec/formats/``, ``lookupdec/tokenizer/``, ``lookupdec/_pipeline.py``,
+  and the package data), so a module missed by the packaging config fails here, not at import;
 - an sdist holds what building needs (``setup.py``, ``pyproject.toml``, the build backend, the
   sources of the compiled modules) and no build output (``*.so``, ``build/``, ``dist/``, venvs).
 
@@ -15,6 +18,7 @@ Prints each file's size and entry count; exits 1 naming every problem.
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import tarfile
 import zipfile
@@ -25,6 +29,18 @@ WHEEL_ALLOWED = re.compile(r"^(lookupdec/|lookupdec__mypyc\.[^/]+\.(so|pyd)$|loo
 WHEEL_FORBIDDEN = re.compile(r"(\.c|\.o|\.h)$|(^|/)(build|tests|perf|build_backend|\.ci)/|\.egg-info/")
 SDIST_REQUIRED = ("setup.py", "pyproject.toml", "build_backend/lookupdec_build.py", "lookupdec/fast/_core.py")
 SDIST_FORBIDDEN = re.compile(r"\.(so|pyd|o)$|(^|/)(build|dist|\.venv|results|__pycache__|\.git)/")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def package_files() -> list[str]:
+    """The package's files in this checkout (tracked by git): what every distribution must hold."""
+    out = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "lookupdec"], capture_output=True, text=True, check=True
+    ).stdout
+    files = out.split()
+    if "lookupdec/__init__.py" not in files:  # not a checkout of this project: nothing to compare with
+        raise SystemExit(f"wheel_contents: {REPO} is not a git checkout of lookupdec")
+    return files
 
 
 def check_wheel(path: Path, pure: bool) -> list[str]:
@@ -32,6 +48,7 @@ def check_wheel(path: Path, pure: bool) -> list[str]:
     names = zipfile.ZipFile(path).namelist()
     problems = [f"{n}: not part of the package" for n in names if not WHEEL_ALLOWED.match(n)]
     problems += [f"{n}: a source-tree or build file" for n in names if WHEEL_FORBIDDEN.search(n)]
+    problems += [f"missing {f}" for f in package_files() if f not in names]
     ext = [n for n in names if EXT.search(n)]
     if pure:
         problems += [f"{n}: an extension module in the pure-Python wheel" for n in ext]
@@ -51,7 +68,7 @@ def check_sdist(path: Path) -> list[str]:
     """Problems with the sdist at ``path``."""
     with tarfile.open(path) as tar:
         names = [n.split("/", 1)[1] for n in tar.getnames() if "/" in n]
-    problems = [f"missing {r}" for r in SDIST_REQUIRED if r not in names]
+    problems = [f"missing {r}" for r in (*SDIST_REQUIRED, *package_files()) if r not in names]
     problems += [f"{n}: build output in the sdist" for n in names if SDIST_FORBIDDEN.search(n)]
     print(f"{path.name}: {path.stat().st_size / 1024:.0f} KiB, {len(names)} entries")
     return problems

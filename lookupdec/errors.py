@@ -32,6 +32,15 @@ class CacheFormatError(FileFormatError):
     """An n-gram cache file (legacy, fork or lookupdec format) is malformed."""
 
 
+class OutputFileError(LookupdecError, ValueError):
+    """An output path lookupdec will not write: not a regular file, or one of the inputs."""
+
+    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
+        self.path = os.fspath(path)
+        self.reason = message
+        super().__init__(f"{self.path}: {message}")
+
+
 class TokenFileError(FileFormatError):
     """A token file is malformed (size not a multiple of 4, ids outside int32, ...)."""
 

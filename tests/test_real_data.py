@@ -25,7 +25,6 @@ def tokens(path: Any) -> list[int]:
 
 
 class RealDataTests(ImplTests):
-
     def test_wikitext_no_static(self) -> None:
         result = self.impl.replay(tokens(REPLAY), 4096, 8)
         assert (result.n_drafted, result.n_accept) == (265417, 40442)
@@ -36,6 +35,7 @@ class RealDataTests(ImplTests):
         assert (result.n_drafted, result.n_accept) == (295500, 48672)
 
 
+@pytest.mark.slow  # the reference's full replays take minutes; the fast path's run by default
 class TestRealDataReference(ReferenceImpl, RealDataTests):
     pass
 
