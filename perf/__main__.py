@@ -13,6 +13,8 @@ COMMANDS = {
     "profile": ("perf.profile", "profile the replay loop with scalene"),
     "plot": ("perf.plot", "plot stored results as PNG"),
     "table": ("perf.table", "the issue-3 table (markdown) from stored results"),
+    "track": ("perf.track", "build two commits and compare them, interleaved (what perf.yml runs)"),
+    "history": ("perf.history", "keep and plot per-runner results of main (perf.yml on main)"),
 }
 
 

@@ -286,6 +286,11 @@ def run_ratio_gate(args: argparse.Namespace) -> int:
 # --- head vs base ------------------------------------------------------------------------------
 
 
+def is_regression(row: Any, tolerance: float) -> bool:
+    """True when ``row`` (a :class:`perf.compare.Row`, A = base) is slower beyond ``tolerance``, significantly."""
+    return bool(row.ratio > 1 + tolerance and row.significant is True)
+
+
 def run_head_vs_base(args: argparse.Namespace) -> int:
     from perf.compare import compare_suites, load_suite
 
@@ -303,7 +308,7 @@ def run_head_vs_base(args: argparse.Namespace) -> int:
     failures: list[str] = []
     for row in rows:
         slower = row.ratio > 1 + tolerance
-        bad = slower and row.significant is True
+        bad = is_regression(row, tolerance)
         verdict = "SLOWER" if bad else ("slower (noise)" if slower else "ok")
         print(
             f"{row.name:<48} {row.a_text:>11} {row.b_text:>11} {row.ratio:>9.3f}x  "

@@ -20,9 +20,12 @@ from pathlib import Path
 
 import pytest
 
+import lookupdec
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-DEMO = ROOT / "lookupdec" / "data"
+# The package's own copy, so the test also runs against an installed wheel (.ci/test_installed.py).
+DEMO = Path(lookupdec.__file__).resolve().parent / "data"
 # The README's sample-data names -> the shipped demo files that stand in for them.
 STAND_INS = {
     "enwiki_wt.10M.llama3.bin": DEMO / "enwiki_wt.demo.llama3.bin",

@@ -457,9 +457,12 @@ class StaticIndex(StaticSource):
     def _is_checked(self, o: i64) -> bool:
         """Whether the part of key ordinal ``o`` passed :meth:`_check_part` already (a bit per key)."""
         if len(self._checked) == 0:
-            # Allocated on the first lookup, not on open (which stays O(1)): n_keys / 8 bytes.
-            self._checked = filled_i64((self.n_keys + 63) >> 6, 0)
-        return (self._checked[o >> 6] >> (o & 63)) & 1 != 0
+            # Allocated on the first lookup, not on open (which stays O(1)): n_keys / 4 bytes.
+            # 32 bits per i64 word, not 64: interpreted (the pure-Python wheel, LOOKUPDEC_NO_MYPYC)
+            # ``i64(1) << 63`` is the Python int 2**63, which a vec[i64] refuses (OverflowError);
+            # compiled it would wrap to the sign bit. Same shifts and masks either way.
+            self._checked = filled_i64((self.n_keys + 31) >> 5, 0)
+        return (self._checked[o >> 5] >> (o & 31)) & 1 != 0
 
     def _check_part(self, o: i64, s: i64, e: i64) -> None:
         """The per-lookup checks of ``lookupdec.formats.index_header.check_part``, compiled.
@@ -501,7 +504,7 @@ class StaticIndex(StaticSource):
         pick = self._rd32(self._o_picks + 4 * o)
         if pick != want:
             raise self._corrupt(f"key {o}: stored pick {pick}, spec 3.2 gives {want}", where)
-        self._checked[o >> 6] = self._checked[o >> 6] | (i64(1) << (o & 63))
+        self._checked[o >> 5] = self._checked[o >> 5] | (i64(1) << (o & 31))  # 32 bits a word: see _is_checked
 
     # --- the static-source interface -------------------------------------------------
 
