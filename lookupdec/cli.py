@@ -233,10 +233,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.static is not None:
         require_file(args.static, "static cache, -lcs")
     tokens = _load_input(args, args.replay)
-    if args.tokenizer is not None and args.static is not None:
+    if args.tokenizer is not None:
         from lookupdec.tokens import vocab_info
 
-        _check_static_vocab(args.static, args.tokenizer, *vocab_info(args.tokenizer))
+        n_vocab, fingerprint = vocab_info(args.tokenizer)
+        if args.static is not None:
+            _check_static_vocab(args.static, args.tokenizer, n_vocab, fingerprint)
+        if args.dynamic is not None and os.path.exists(args.dynamic):
+            _check_ids_in_vocab(args.dynamic, args.tokenizer, n_vocab)
     with progress_bar(_want_progress(args), "replay") as progress:
         stats = replay_stats(
             impl,
@@ -288,9 +292,12 @@ def _check_static_vocab(static: str, tokenizer: str, n_vocab: int, fingerprint: 
     from lookupdec import formats
 
     if formats.detect_format(static) != "lookupdec":
+        _check_ids_in_vocab(static, tokenizer, n_vocab)
         return
     with formats.LookupdecIndexReader(static) as reader:
         size, fp = int(reader.vocab_size), bytes(reader.vocab_fingerprint)
+    if not size:  # an index that records no vocabulary: read its ids
+        _check_ids_in_vocab(static, tokenizer, n_vocab)
     if fp != bytes(8) and fp != fingerprint:
         raise UsageError(
             f"{static}: static index was built with another vocabulary (fingerprint {fp.hex()}) than "
@@ -299,6 +306,22 @@ def _check_static_vocab(static: str, tokenizer: str, n_vocab: int, fingerprint: 
     if size and size != n_vocab:
         raise UsageError(
             f"{static}: static index was built for a vocabulary of {size:,} ids, {tokenizer} has {n_vocab:,}"
+        )
+
+
+def _check_ids_in_vocab(path: str, tokenizer: str, n_vocab: int) -> None:
+    """Refuse a cache file holding a token id at or past ``tokenizer``'s vocabulary size.
+
+    Such an id names a token the model does not have: the cache was made with another
+    vocabulary, and drafting from it would silently draft worse.
+    """
+    from lookupdec import formats
+
+    top = formats.max_token_id(path)
+    if top >= n_vocab:
+        raise UsageError(
+            f"{path}: holds token id {top:,}, not below the vocabulary size of {tokenizer} ({n_vocab:,}); "
+            "was it made with another vocabulary?"
         )
 
 

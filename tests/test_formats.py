@@ -831,3 +831,23 @@ def test_readers_draft_like_the_cache(tmp_path: Path) -> None:
             assert all(d == drafts[0] for d in drafts)
             drafted += len(drafts[0]) - 1
         assert drafted > 20
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(contents=static_contents())
+def test_max_token_id_every_format(tmp_path: Path, contents: Contents) -> None:
+    # Expected from the contents as written (keys' two tokens, followers), not from the reader.
+    keys_top = max((t for (a, b, _, _), _ in contents for t in (a, b)), default=-1)
+    followers_top = max((t for _, f in contents for t, _ in f), default=-1)
+    for fmt in FORMATS:
+        p = tmp_path / f"m.{fmt}"
+        write_static(contents, p, fmt)
+        # fork v1 has no key table: only followers are there to read.
+        want = followers_top if fmt == "fork-v1" else max(keys_top, followers_top, -1)
+        assert formats.max_token_id(p) == want, fmt
+    # A legacy dynamic cache holds 1..4-gram keys: every slot counts.
+    p = tmp_path / "d.bin"
+    p.write_bytes(
+        struct.pack("<4ii2i", 5, 7, 70_000, -1, 1, 3, 1) + struct.pack("<4ii4i", 1, -1, -1, -1, 2, 9, 1, 8, 2)
+    )
+    assert formats.max_token_id(p) == 70_000

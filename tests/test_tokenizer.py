@@ -281,3 +281,27 @@ def test_spm_segments_equal_whole_fragment(name: str) -> None:
     text = (SHARED_DATA / "wiki.test.raw").read_text(encoding="utf-8")[:30_000]
     text += "  two  spaces   three\n\n  \t x  \u00a0 y\u3000z  end  " * 20
     np.testing.assert_array_equal(t.encode(text), whole.encode(text))
+
+
+@needs_vocab
+def test_cli_stats_refuses_caches_with_ids_past_the_vocabulary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Legacy and fork caches record no vocabulary: their ids are read and checked (gpt-2: 50,257 ids)."""
+    from lookupdec.cli import main
+    from lookupdec.formats import write_static
+
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat\n" * 40, encoding="utf-8")
+    vocab = str(gguf("gpt-2"))
+    for name, top in (("ok", 50_256), ("bad", 50_257)):
+        for fmt in ("llama", "fork-v2", "lookupdec"):
+            path = tmp_path / f"{name}.{fmt}"
+            write_static([((1, 2, -1, -1), [(top, 3)])], path, fmt)  # no vocabulary recorded
+            for flag in ("-lcs", "-lcd") if fmt == "llama" else ("-lcs",):
+                rc = main(["stats", str(text), "--tokenizer", vocab, flag, str(path), "-q", "--json"])
+                err = capsys.readouterr().err
+                if name == "ok":
+                    assert rc == 0, err
+                else:
+                    assert rc == 2 and f"{path}: holds token id 50,257" in err, err

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     )
     from lookupdec.formats.fork import ForkStatic
     from lookupdec.formats.index import INDEX_HEADER_SIZE, INDEX_VERSION, LookupdecIndexReader
-    from lookupdec.formats.inspection import inspect_file
+    from lookupdec.formats.inspection import inspect_file, max_token_id
 
 _HOME = {
     "FORMATS": "detect",
@@ -56,6 +56,7 @@ _HOME = {
     "read_as_contents": "contents",
     "write_static": "contents",
     "inspect_file": "inspection",
+    "max_token_id": "inspection",
 }
 
 
@@ -87,6 +88,7 @@ __all__ = [
     "LookupdecIndexReader",
     "detect_format",
     "inspect_file",
+    "max_token_id",
     "read_as_contents",
     "write_static",
 ]

@@ -135,3 +135,59 @@ def inspect_file(path: str | os.PathLike[str], *, verify: bool = False, top: int
         )
     out["warnings"] = caught
     return out
+
+
+def _legacy_max_token(data: bytes) -> int:
+    """The largest id in a legacy file's keys and followers (-1 if none), vectorized.
+
+    Records have variable length, so only their starts are found in Python (one step per
+    record, reading one int); the ids are then gathered with numpy. A record cut short ends
+    the walk: the loader reports the error with its offset.
+    """
+    n_words = len(data) // 4
+    words = np.frombuffer(data, dtype="<i4", count=n_words)
+    counts_at = words.tolist()  # Python ints: indexing a list is several times cheaper than numpy
+    starts: list[int] = []
+    i = 0
+    while i + 5 <= n_words:
+        k = counts_at[i + 4]
+        if k <= 0 or i + 5 + 2 * k > n_words:
+            break
+        starts.append(i)
+        i += 5 + 2 * k
+    if not starts:
+        return -1
+    s = np.asarray(starts, dtype=np.int64)
+    top = int(words[s[:, None] + np.arange(4)].max())
+    k_arr = words[s + 4].astype(np.int64)
+    first = np.repeat(s + 5, k_arr)
+    within = np.arange(len(first), dtype=np.int64) - np.repeat(np.cumsum(k_arr) - k_arr, k_arr)
+    return max(top, int(words[first + 2 * within].max()))
+
+
+def max_token_id(path: str | os.PathLike[str]) -> int:
+    """The largest token id a cache file of any format holds, in its keys and followers (-1 if none).
+
+    Used to refuse a cache made with another (larger) vocabulary when the vocabulary is known:
+    an id at or past ``n_vocab`` would draft a token the model does not have. A fork v1 file
+    has no key table: only its followers are read.
+    """
+    fmt = detect_format(path)
+    data = read_all(path)
+    if fmt == "llama":
+        return _legacy_max_token(data)
+    if fmt == "lookupdec":
+        h = index_header(path, data, len(data))
+        _, keys, _, _, tokens, _ = index_arrays(path, data, h)
+        if len(keys) == 0:
+            return -1
+        low = (keys & 0xFFFFFFFF).astype(np.uint32).view(np.int32)  # the second token, signed
+        return int(max((keys >> 32).max(), low.max(), tokens.max() if len(tokens) else -1))
+    fork = ForkStatic(path)
+    followers, _ = fork._entries()
+    top = int(followers.max()) if len(followers) else -1
+    if fmt == "fork-v2":
+        table = fork._table()
+        if len(table.t0):
+            top = max(top, int(table.t0.max()), int(table.t1.max()))
+    return top
