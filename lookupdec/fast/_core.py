@@ -164,6 +164,16 @@ def fits_tokens(tokens: Sequence[object]) -> bool:
     return True
 
 
+POLICIES: Final = ("llama", "hybrid")
+"""The drafting policies: llama.cpp's rule (the default, exact) and the hybrid policy."""
+
+
+def check_policy(policy: str) -> None:
+    """Raise ValueError unless ``policy`` is one of :data:`POLICIES` (reference message)."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}: choose 'llama' or 'hybrid'")
+
+
 def check_ngram_range(ngram_min: int, ngram_max: int) -> None:
     """Raise ValueError unless 1 <= ngram_min <= ngram_max <= 4 (reference message)."""
     if not 1 <= ngram_min <= ngram_max <= NGRAM_MAX:
@@ -920,8 +930,8 @@ def replay_core(
     dyn: NgramCache,
     progress: Callable[[int, int], None] | None,
     total: i64,
-) -> tuple[i64, i64, float]:
-    """The replay loop; returns (n_drafted, n_accept, t_draft seconds).
+) -> tuple[i64, i64, i64, float]:
+    """The replay loop; returns (n_drafted, n_accept, n_steps, t_draft seconds).
 
     The accepted tokens are the chunk's own tokens, so ``out`` is never materialized: it is
     ``toks[i_start : i_start + pos]``. Timing covers each chunk's drafting and context updates
@@ -930,12 +940,14 @@ def replay_core(
     ctx = NgramCache()
     n_drafted: i64 = 0
     n_accept: i64 = 0
+    n_steps: i64 = 0
     t_draft = 0.0
     i_start: i64 = 0
     while i_start + n_ctx < total:
         t0 = time.perf_counter()
         pos: i64 = 1
         while pos < n_ctx:
+            n_steps += 1
             nd: i64 = 0
             tail = vec[i32](capacity=NGRAM_MAX + n_draft)
             if pos >= 2:
@@ -963,7 +975,7 @@ def replay_core(
         i_start += n_ctx
         if progress is not None:
             progress(int(min(i_start, total)), int(total))
-    return n_drafted, n_accept, t_draft
+    return n_drafted, n_accept, n_steps, t_draft
 
 
 # --- the public functions -----------------------------------------------------------------
@@ -1022,8 +1034,15 @@ def replay(
     nc_static: object = None,
     nc_dynamic: NgramCache | None = None,
     progress: Callable[[int, int], None] | None = None,
+    policy: str = "llama",
+    history: object = None,
 ) -> ReplayResult:
     """Replay ``tokens`` as llama-lookup-stats does and return the counts and timings.
+
+    ``policy`` is ``"llama"`` (llama.cpp's rule, exact) or ``"hybrid"`` (llama.cpp's drafts,
+    then a suffix match over the chunks replayed so far: ``lookupdec.fast._hybrid``);
+    ``history`` is the hybrid policy's ``SuffixHistory`` (a fresh one if None; kept and
+    grown when given, like ``nc_dynamic``).
 
     The tokens are cut into chunks of ``n_ctx`` while ``i_start + n_ctx < len(tokens)``
     (so a last chunk that ends exactly at the end is dropped too, as in llama.cpp).
@@ -1036,18 +1055,32 @@ def replay(
         raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
     if n_draft < 0:
         raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+    check_policy(policy)
     st = as_static_source(nc_static)
     dyn = nc_dynamic if nc_dynamic is not None else NgramCache()
     if st is None or not isinstance(dyn, NgramCache):
         from lookupdec.reference.replay import replay as reference_replay
 
-        return reference_replay(tokens, n_ctx, n_draft, nc_static, dyn, progress)  # type: ignore[arg-type]
+        return reference_replay(tokens, n_ctx, n_draft, nc_static, dyn, progress, policy, history)  # type: ignore[arg-type]
     total = len(tokens)
     n_chunks = max(0, (total - 1) // n_ctx) if total > n_ctx else 0
     # Only the chunks' tokens are ever read (and range-checked, as the reference's updates do).
     used = n_chunks * n_ctx if n_ctx >= 2 else 0
     toks = to_vec(tokens[:used] if used < total else tokens)
-    n_drafted, n_accept, t_draft = replay_core(toks, n_ctx, n_draft, st, dyn, progress, total)
+    if policy == "hybrid":
+        # Imported here: _hybrid builds on this module (a top-level import would be circular).
+        from lookupdec.fast._hybrid import HybridState, SuffixHistory, replay_hybrid_core
+
+        if history is None:
+            history = SuffixHistory()
+        if not isinstance(history, SuffixHistory):
+            raise TypeError(f"history must be a fast SuffixHistory, not {type(history).__name__}")
+        state = HybridState(history)
+        n_drafted, n_accept, n_steps, t_draft = replay_hybrid_core(
+            toks, n_ctx, n_draft, st, dyn, state, progress, total
+        )
+    else:
+        n_drafted, n_accept, n_steps, t_draft = replay_core(toks, n_ctx, n_draft, st, dyn, progress, total)
     return ReplayResult(
         n_ctx=n_ctx,
         n_draft=n_draft,
@@ -1056,4 +1089,6 @@ def replay(
         n_drafted=int(n_drafted),
         n_accept=int(n_accept),
         t_draft_s=t_draft,
+        n_steps=int(n_steps),
+        policy=policy,
     )

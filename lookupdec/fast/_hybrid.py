@@ -1,0 +1,545 @@
+"""The hybrid drafting policy, compiled: llama.cpp's confident drafts, then a suffix match.
+
+Compiled by mypyc with :mod:`lookupdec.fast._core` (see ``setup.py``); it also runs as plain
+Python. :mod:`lookupdec.reference.hybrid` is the readable model of the same policy, and
+the two give identical drafts (``tests/test_hybrid.py``). The algorithm and its parameters
+are described there and in the README ("The hybrid policy").
+
+Layout of :class:`SuffixHistory`:
+
+- ``toks``: the token stream of every request seen, each request preceded by a separator
+  (:data:`SEP`); positions are indices into it;
+- a position ``p >= 2`` is *indexed* when ``toks[p-2]``, ``toks[p-1]``, ``toks[p]`` are real
+  tokens: it is then a candidate continuation for the bigram ``(toks[p-2], toks[p-1])``;
+- ``bkey``/``bhead``: the bigrams seen, found through the open-addressing table ``bslots``,
+  each with its most recent indexed position; ``prev[p]`` links to the previous indexed
+  position of the same bigram (-1 at the end), so candidates are walked newest first;
+- ``ukey``/``ulast``: per single token ``t``, the most recent indexed position ``p`` with
+  ``toks[p-1] == t`` (the one-token fallback).
+
+When the stream would exceed ``max_tokens``, the older half is dropped and the index rebuilt
+over what is left (amortised O(1) per token; memory stays below about 16 bytes per kept
+token plus the tables).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from librt.vecs import append, vec
+from mypy_extensions import i32, i64
+
+from lookupdec.fast._core import (
+    NGRAM_MAX,
+    NGRAM_MIN,
+    NULL32,
+    NgramCache,
+    StaticSource,
+    as_static_source,
+    check_ngram_range,
+    draft_core,
+    filled_i32,
+    key_hash,
+    pack,
+    to_vec,
+)
+
+SEP: Final[i32] = -1
+"""Separator written before every request in the history stream (never matched)."""
+DEFAULT_MAX_TOKENS: Final = 1 << 22
+"""Default bound of a :class:`SuffixHistory`: 4,194,304 tokens (about 70 MB at most)."""
+MAX_CANDIDATES: Final[i64] = 48
+"""How many earlier occurrences of the last bigram are compared, newest first."""
+MAX_MATCH: Final[i64] = 32
+"""Matches are measured up to this many tokens (longer ones count as this long)."""
+N_BUCKETS: Final[i64] = 17
+"""Acceptance statistics are kept per match length 1..16 (16 = "16 or more") ..."""
+N_OFFSETS: Final[i64] = 16
+"""... and per offset 0..15 in the suffix part of the draft (15 = "15 or later")."""
+N_LLAMA: Final[i64] = 17
+"""How often a llama draft of length 1..16 (16 = "16 or more") was accepted whole."""
+THRESHOLD: Final = 0.22
+"""Draft a suffix token only while the estimated chance that it is reached and accepted is at least this."""
+PRIOR_OK: Final = 1.0
+PRIOR_TRIED: Final = 2.0
+"""Laplace prior of every acceptance estimate: (ok + 1) / (tried + 2)."""
+DECAY_AT: Final[i64] = 1 << 14
+"""A statistic's counts are halved (integer division) when its ``tried`` reaches this: recent steps weigh more."""
+INITIAL_SLOTS: Final[i64] = 1 << 10
+
+
+def zeros_i64(n: i64) -> vec[i64]:
+    """A vec of ``n`` zeros."""
+    v = vec[i64](capacity=n)
+    for _ in range(n):
+        v = append(v, 0)
+    return v
+
+
+def bucket_of(length: i64) -> i64:
+    """Statistics bucket of a match length (1..16)."""
+    return length if length < N_BUCKETS - 1 else N_BUCKETS - 1
+
+
+class SuffixHistory:
+    """The token history the hybrid policy matches against: earlier requests and the current one.
+
+    Bounded: holds at most ``max_tokens`` tokens; when full, the older half is evicted.
+    Share one history between the requests of a drafter (it is the policy's dynamic memory).
+    """
+
+    toks: vec[i32]
+    prev: vec[i32]
+    bkey: vec[i64]
+    bhead: vec[i32]
+    bslots: vec[i32]
+    bmask: i64
+    ukey: vec[i32]
+    ulast: vec[i32]
+    uslots: vec[i32]
+    umask: i64
+    max_tokens: i64
+    n_evictions: i64
+
+    def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+        if max_tokens < 16:
+            raise ValueError(f"max_tokens must be >= 16, got {max_tokens}")
+        self.max_tokens = max_tokens
+        self.n_evictions = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.toks = vec[i32]()
+        self.prev = vec[i32]()
+        self.bkey = vec[i64]()
+        self.bhead = vec[i32]()
+        self.bslots = filled_i32(INITIAL_SLOTS, NULL32)
+        self.bmask = INITIAL_SLOTS - 1
+        self.ukey = vec[i32]()
+        self.ulast = vec[i32]()
+        self.uslots = filled_i32(INITIAL_SLOTS, NULL32)
+        self.umask = INITIAL_SLOTS - 1
+
+    def __len__(self) -> int:
+        """Number of tokens (and separators) held."""
+        return len(self.toks)
+
+    def tokens(self) -> list[int]:
+        """The stream held, separators as -1 (for tests and inspection)."""
+        return [int(t) for t in self.toks]
+
+    # --- bigram table ---------------------------------------------------------------
+
+    def _bfind(self, w: i64) -> i64:
+        """Ordinal of bigram ``w`` (packed), -1 if never indexed."""
+        slots = self.bslots
+        keys = self.bkey
+        mask = self.bmask
+        h = key_hash(w, -1) & mask
+        while True:
+            s = i64(slots[h])
+            if s < 0:
+                return -1
+            if keys[s] == w:
+                return s
+            h = (h + 1) & mask
+
+    def _bintern(self, w: i64) -> i64:
+        slots = self.bslots
+        keys = self.bkey
+        mask = self.bmask
+        h = key_hash(w, -1) & mask
+        while True:
+            s = i64(slots[h])
+            if s < 0:
+                break
+            if keys[s] == w:
+                return s
+            h = (h + 1) & mask
+        kid = i64(len(keys))
+        slots[h] = i32(kid)
+        self.bkey = append(keys, w)
+        self.bhead = append(self.bhead, NULL32)
+        if 2 * (kid + 1) > mask + 1:
+            size = 2 * (mask + 1)
+            ns = filled_i32(size, NULL32)
+            nm = size - 1
+            bk = self.bkey
+            for j in range(len(bk)):
+                g = key_hash(bk[j], -1) & nm
+                while ns[g] >= 0:
+                    g = (g + 1) & nm
+                ns[g] = i32(j)
+            self.bslots = ns
+            self.bmask = nm
+        return kid
+
+    # --- unigram table --------------------------------------------------------------
+
+    def _ufind(self, t: i32) -> i64:
+        slots = self.uslots
+        keys = self.ukey
+        mask = self.umask
+        h = key_hash(pack(t, t), -1) & mask
+        while True:
+            s = i64(slots[h])
+            if s < 0:
+                return -1
+            if keys[s] == t:
+                return s
+            h = (h + 1) & mask
+
+    def _uset(self, t: i32, p: i64) -> None:
+        slots = self.uslots
+        keys = self.ukey
+        mask = self.umask
+        h = key_hash(pack(t, t), -1) & mask
+        while True:
+            s = i64(slots[h])
+            if s < 0:
+                break
+            if keys[s] == t:
+                self.ulast[s] = i32(p)
+                return
+            h = (h + 1) & mask
+        kid = i64(len(keys))
+        slots[h] = i32(kid)
+        self.ukey = append(keys, t)
+        self.ulast = append(self.ulast, i32(p))
+        if 2 * (kid + 1) > mask + 1:
+            size = 2 * (mask + 1)
+            ns = filled_i32(size, NULL32)
+            nm = size - 1
+            uk = self.ukey
+            for j in range(len(uk)):
+                g = key_hash(pack(uk[j], uk[j]), -1) & nm
+                while ns[g] >= 0:
+                    g = (g + 1) & nm
+                ns[g] = i32(j)
+            self.uslots = ns
+            self.umask = nm
+
+    # --- appending ------------------------------------------------------------------
+
+    def _index_last(self) -> None:
+        """Index the position just appended (its ``prev`` link is appended here too)."""
+        toks = self.toks
+        p = i64(len(toks)) - 1
+        link = NULL32
+        if p >= 2:
+            a = toks[p - 2]
+            b = toks[p - 1]
+            c = toks[p]
+            if a != SEP and b != SEP and c != SEP:
+                kid = self._bintern(pack(a, b))
+                link = self.bhead[kid]
+                self.bhead[kid] = i32(p)
+            if b != SEP and c != SEP:
+                self._uset(b, p)
+        self.prev = append(self.prev, link)
+
+    def _push(self, t: i32) -> None:
+        if i64(len(self.toks)) >= self.max_tokens:
+            self._evict()
+        self.toks = append(self.toks, t)
+        self._index_last()
+
+    def _evict(self) -> None:
+        """Drop the older half of the stream and rebuild the index over the rest."""
+        old = self.toks
+        keep = self.max_tokens // 2
+        start = i64(len(old)) - keep
+        self._reset()
+        self.n_evictions += 1
+        for j in range(start, len(old)):
+            self.toks = append(self.toks, old[j])
+            self._index_last()
+
+    def add_separator(self) -> None:
+        """Start a new request: matches never cross this point."""
+        self._push(SEP)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append tokens of the current request (int32 ids)."""
+        v = to_vec(tokens)
+        for j in range(len(v)):
+            self._push(v[j])
+
+    # --- matching -------------------------------------------------------------------
+
+    def _query_at(self, q: vec[i32], j: i64) -> i32:
+        """Query token at distance ``j`` from its end: ``q`` holds the drafted tail, then the stream."""
+        nq = i64(len(q))
+        if j < nq:
+            return q[nq - 1 - j]
+        p = i64(len(self.toks)) - 1 - (j - nq)
+        if p < 0:
+            return SEP
+        return self.toks[p]
+
+    def _match(self, q: vec[i32]) -> tuple[i64, i64]:
+        """(position, length) of the best earlier occurrence of the query's suffix; (-1, 0) if none.
+
+        The query is the stream followed by ``q`` (the tokens drafted so far). Longest match
+        wins, the newest among equals; one-token matches only when no bigram matches.
+        """
+        b = self._query_at(q, 0)
+        a = self._query_at(q, 1)
+        if b == SEP:
+            return -1, 0
+        toks = self.toks
+        if a != SEP:
+            kid = self._bfind(pack(a, b))
+            if kid >= 0:
+                best_p: i64 = -1
+                best_len: i64 = 0
+                p = i64(self.bhead[kid])
+                n: i64 = 0
+                while p >= 0 and n < MAX_CANDIDATES:
+                    n += 1
+                    length: i64 = 2
+                    while length < MAX_MATCH:
+                        at = p - 1 - length
+                        if at < 0:
+                            break
+                        t = toks[at]
+                        if t == SEP or t != self._query_at(q, length):
+                            break
+                        length += 1
+                    if length > best_len:
+                        best_len = length
+                        best_p = p
+                        if length >= MAX_MATCH:
+                            break
+                    p = i64(self.prev[p])
+                return best_p, best_len
+        u = self._ufind(b)
+        if u < 0:
+            return -1, 0
+        return i64(self.ulast[u]), 1
+
+
+class HybridState:
+    """Per-drafter state of the hybrid policy: a :class:`SuffixHistory` and acceptance statistics.
+
+    Protocol per request: :meth:`begin_request`, then per verification step :meth:`propose`
+    and, after the engine verified the proposal, :meth:`observe`. ``tokens`` passed to
+    :meth:`propose` is the whole request so far (prompt and generated tokens), append-only:
+    tokens the state has not seen yet are added to the history first.
+    """
+
+    history: SuffixHistory
+    tried: vec[i64]
+    ok: vec[i64]
+    l_tried: vec[i64]
+    l_ok: vec[i64]
+    seen: i64
+    last_llama: i64
+    last_suffix: i64
+    last_bucket: i64
+    threshold: float
+
+    def __init__(self, history: SuffixHistory | None = None, threshold: float = THRESHOLD) -> None:
+        self.history = history if history is not None else SuffixHistory()
+        self.threshold = threshold
+        self.tried = zeros_i64(N_BUCKETS * N_OFFSETS)
+        self.ok = zeros_i64(N_BUCKETS * N_OFFSETS)
+        self.l_tried = zeros_i64(N_LLAMA)
+        self.l_ok = zeros_i64(N_LLAMA)
+        self.seen = 0
+        self.last_llama = 0
+        self.last_suffix = 0
+        self.last_bucket = 0
+
+    def begin_request(self) -> None:
+        """Start a new request (the previous one stays in the history)."""
+        self.history.add_separator()
+        self.seen = 0
+        self.last_llama = 0
+        self.last_suffix = 0
+
+    def _sync(self, tokens: Sequence[int]) -> None:
+        n = len(tokens)
+        if n < self.seen:
+            raise ValueError(
+                f"tokens has {n} tokens but the request already had {self.seen}: "
+                "call begin_request() before a new request"
+            )
+        if n > self.seen:
+            self.history.extend(tokens[self.seen :])
+            self.seen = n
+
+    def _push_token(self, t: i32) -> None:
+        self.history._push(t)
+        self.seen += 1
+
+    def _suffix(self, drafted: vec[i32], base: i64, n_draft: i64) -> vec[i32]:
+        """Extend ``drafted[base:]`` (the llama part) with suffix-match tokens; returns the vec."""
+        m = i64(len(drafted)) - base
+        self.last_llama = m
+        self.last_suffix = 0
+        if m >= n_draft:
+            return drafted
+        q = vec[i32](capacity=m)
+        for j in range(base, len(drafted)):
+            q = append(q, drafted[j])
+        h = self.history
+        p, length = h._match(q)
+        if p < 0:
+            return drafted
+        bucket = bucket_of(length)
+        self.last_bucket = bucket
+        prob = 1.0
+        if m > 0:
+            li = m if m < N_LLAMA - 1 else N_LLAMA - 1
+            prob = (float(self.l_ok[li]) + PRIOR_OK) / (float(self.l_tried[li]) + PRIOR_TRIED)
+        toks = h.toks
+        end = i64(len(toks))
+        k: i64 = 0
+        row = bucket * N_OFFSETS
+        while m + k < n_draft and p + k < end:
+            t = toks[p + k]
+            if t == SEP:
+                break
+            off = k if k < N_OFFSETS - 1 else N_OFFSETS - 1
+            prob = prob * ((float(self.ok[row + off]) + PRIOR_OK) / (float(self.tried[row + off]) + PRIOR_TRIED))
+            if prob < self.threshold:
+                break
+            drafted = append(drafted, t)
+            k += 1
+        self.last_suffix = k
+        return drafted
+
+    def _observe(self, n_accepted: i64) -> None:
+        m = self.last_llama
+        s = self.last_suffix
+        if m > 0:
+            li = m if m < N_LLAMA - 1 else N_LLAMA - 1
+            self.l_tried[li] += 1
+            if n_accepted >= m:
+                self.l_ok[li] += 1
+            if self.l_tried[li] >= DECAY_AT:
+                self.l_tried[li] //= 2
+                self.l_ok[li] //= 2
+        if s > 0 and n_accepted >= m:
+            acc = n_accepted - m
+            row = self.last_bucket * N_OFFSETS
+            k: i64 = 0
+            while k < s and k <= acc:
+                off = row + (k if k < N_OFFSETS - 1 else N_OFFSETS - 1)
+                self.tried[off] += 1
+                if k < acc:
+                    self.ok[off] += 1
+                if self.tried[off] >= DECAY_AT:
+                    self.tried[off] //= 2
+                    self.ok[off] //= 2
+                k += 1
+        self.last_llama = 0
+        self.last_suffix = 0
+
+    def propose(
+        self,
+        tokens: Sequence[int],
+        n_draft: int,
+        nc_context: NgramCache,
+        nc_dynamic: NgramCache,
+        nc_static: object = None,
+    ) -> list[int]:
+        """Up to ``n_draft`` tokens to verify after ``tokens`` (the whole request so far).
+
+        First llama.cpp's draft from the three caches (exactly ``draft``'s output), then, if it
+        is shorter than ``n_draft``, the continuation of the longest earlier match of the
+        sequence's suffix in the history, as long as the estimated acceptance allows.
+        """
+        if n_draft < 0:
+            raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+        self._sync(tokens)
+        st = as_static_source(nc_static)
+        if st is None:
+            raise TypeError(f"nc_static must be a static cache, a StaticIndex or None, not {type(nc_static).__name__}")
+        n = len(tokens)
+        lo = n - NGRAM_MAX if n > NGRAM_MAX else 0
+        tail = to_vec(tokens, lo)
+        base = i64(len(tail))
+        if n >= 2:
+            tail = draft_core(tail, n, n_draft, NGRAM_MIN, NGRAM_MAX, nc_context, nc_dynamic, st)
+        if n >= 1:
+            tail = self._suffix(tail, base, n_draft)
+        else:
+            self.last_llama = 0
+            self.last_suffix = 0
+        return [int(tail[j]) for j in range(base, len(tail))]
+
+    def observe(self, n_accepted: int, committed: Sequence[int] = ()) -> None:
+        """Record that the engine accepted the first ``n_accepted`` tokens of the last proposal.
+
+        ``committed`` (optional) are the tokens the request grew by (accepted and sampled);
+        they may instead be passed with the next :meth:`propose`.
+        """
+        if n_accepted < 0:
+            raise ValueError(f"n_accepted must be >= 0, got {n_accepted}")
+        self._observe(n_accepted)
+        if len(committed) > 0:
+            self.history.extend(committed)
+            self.seen += len(committed)
+
+
+def replay_hybrid_core(
+    toks: vec[i32],
+    n_ctx: i64,
+    n_draft: i64,
+    st: StaticSource,
+    dyn: NgramCache,
+    state: HybridState,
+    progress: Callable[[int, int], None] | None,
+    total: i64,
+) -> tuple[i64, i64, i64, float]:
+    """The replay loop of ``_core.replay_core`` with hybrid drafts; (n_drafted, n_accept, n_steps, t)."""
+    import time
+
+    ctx = NgramCache()
+    n_drafted: i64 = 0
+    n_accept: i64 = 0
+    n_steps: i64 = 0
+    t_draft = 0.0
+    i_start: i64 = 0
+    check_ngram_range(NGRAM_MIN, NGRAM_MAX)
+    while i_start + n_ctx < total:
+        t0 = time.perf_counter()
+        state.begin_request()
+        state._push_token(toks[i_start])
+        pos: i64 = 1
+        while pos < n_ctx:
+            n_steps += 1
+            tail = vec[i32](capacity=NGRAM_MAX + n_draft)
+            lo = pos - 4 if pos > 4 else 0
+            for j in range(i_start + lo, i_start + pos):
+                tail = append(tail, toks[j])
+            base = i64(len(tail))
+            if pos >= 2:
+                tail = draft_core(tail, pos, n_draft, NGRAM_MIN, NGRAM_MAX, ctx, dyn, st)
+            tail = state._suffix(tail, base, n_draft)
+            nd = i64(len(tail)) - base
+            n_drafted += nd
+            acc: i64 = 0
+            while acc < nd and pos < n_ctx:
+                if toks[i_start + pos] != tail[base + acc]:
+                    break
+                n_accept += 1
+                acc += 1
+                pos += 1
+                ctx._update_at(toks, i_start, pos, 1, NGRAM_MIN, NGRAM_MAX)
+                state._push_token(toks[i_start + pos - 1])
+            state._observe(acc)
+            if pos < n_ctx:
+                pos += 1
+                ctx._update_at(toks, i_start, pos, 1, NGRAM_MIN, NGRAM_MAX)
+                state._push_token(toks[i_start + pos - 1])
+        t_draft += time.perf_counter() - t0
+        dyn._merge_native(ctx)
+        ctx._clear_keep()
+        i_start += n_ctx
+        if progress is not None:
+            progress(int(min(i_start, total)), int(total))
+    return n_drafted, n_accept, n_steps, t_draft
