@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import require_compiled
 
-HOT_MODULES = ("lookupdec.fast._core", "lookupdec.fast._index")
+HOT_MODULES = ("lookupdec.fast._core", "lookupdec.fast._index", "lookupdec.fast._hybrid")
 EXTENSION_SUFFIXES = (".so", ".pyd")
 
 pytestmark = pytest.mark.skipif(

@@ -49,17 +49,17 @@ SEP: Final[i32] = -1
 """Separator written before every request in the history stream (never matched)."""
 DEFAULT_MAX_TOKENS: Final = 1 << 22
 """Default bound of a :class:`SuffixHistory`: 4,194,304 tokens (about 70 MB at most)."""
-MAX_CANDIDATES: Final[i64] = 48
+MAX_CANDIDATES: Final[i64] = 16
 """How many earlier occurrences of the last bigram are compared, newest first."""
 MAX_MATCH: Final[i64] = 32
 """Matches are measured up to this many tokens (longer ones count as this long)."""
-N_BUCKETS: Final[i64] = 17
-"""Acceptance statistics are kept per match length 1..16 (16 = "16 or more") ..."""
-N_OFFSETS: Final[i64] = 16
-"""... and per offset 0..15 in the suffix part of the draft (15 = "15 or later")."""
+N_LEN: Final[i64] = 33
+"""Acceptance statistics are kept per effective match length 1..32 (match length + offset) ..."""
+N_CLASS: Final[i64] = 5
+"""... and per support class of the drafted token (see :func:`support_class`)."""
 N_LLAMA: Final[i64] = 17
 """How often a llama draft of length 1..16 (16 = "16 or more") was accepted whole."""
-THRESHOLD: Final = 0.22
+THRESHOLD: Final = 0.02
 """Draft a suffix token only while the estimated chance that it is reached and accepted is at least this."""
 PRIOR_OK: Final = 1.0
 PRIOR_TRIED: Final = 2.0
@@ -77,9 +77,24 @@ def zeros_i64(n: i64) -> vec[i64]:
     return v
 
 
-def bucket_of(length: i64) -> i64:
-    """Statistics bucket of a match length (1..16)."""
-    return length if length < N_BUCKETS - 1 else N_BUCKETS - 1
+def support_class(count: i64, n_active: i64) -> i64:
+    """How well the candidates support a drafted token: 0 a single candidate, 1 one of several
+    (the newest wins a tie), 2 all of >= 2, 3 at least half, 4 fewer than half."""
+    if n_active == 1:
+        return 0
+    if count == 1:
+        return 1
+    if count == n_active:
+        return 2
+    if 2 * count >= n_active:
+        return 3
+    return 4
+
+
+def stat_cell(count: i64, n_active: i64, length: i64) -> i64:
+    """Index of the acceptance statistic for a token drafted after a match of ``length`` tokens."""
+    eff = length if length < N_LEN - 1 else N_LEN - 1
+    return support_class(count, n_active) * N_LEN + eff
 
 
 class SuffixHistory:
@@ -101,12 +116,18 @@ class SuffixHistory:
     umask: i64
     max_tokens: i64
     n_evictions: i64
+    cand_p: vec[i64]
+    cand_len: vec[i64]
+    n_cand: i64
 
     def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
         if max_tokens < 16:
             raise ValueError(f"max_tokens must be >= 16, got {max_tokens}")
         self.max_tokens = max_tokens
         self.n_evictions = 0
+        self.cand_p = vec[i64]()
+        self.cand_len = vec[i64]()
+        self.n_cand = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -278,26 +299,30 @@ class SuffixHistory:
             return SEP
         return self.toks[p]
 
-    def _match(self, q: vec[i32]) -> tuple[i64, i64]:
-        """(position, length) of the best earlier occurrence of the query's suffix; (-1, 0) if none.
+    def _collect(self, q: vec[i32], max_candidates: i64) -> i64:
+        """Find earlier occurrences of the query's suffix; returns the longest match length (0: none).
 
-        The query is the stream followed by ``q`` (the tokens drafted so far). Longest match
-        wins, the newest among equals; one-token matches only when no bigram matches.
+        The query is the stream followed by ``q`` (the tokens drafted so far). Fills
+        ``cand_p``/``cand_len`` with up to ``max_candidates`` occurrences of its last bigram,
+        newest first, and their match lengths; if the bigram never occurred, the newest
+        occurrence of the last token alone (length 1).
         """
+        self.n_cand = 0
+        if i64(len(self.cand_p)) < max_candidates:
+            self.cand_p = zeros_i64(max_candidates)
+            self.cand_len = zeros_i64(max_candidates)
         b = self._query_at(q, 0)
         a = self._query_at(q, 1)
         if b == SEP:
-            return -1, 0
+            return 0
         toks = self.toks
         if a != SEP:
             kid = self._bfind(pack(a, b))
             if kid >= 0:
-                best_p: i64 = -1
                 best_len: i64 = 0
                 p = i64(self.bhead[kid])
                 n: i64 = 0
-                while p >= 0 and n < MAX_CANDIDATES:
-                    n += 1
+                while p >= 0 and n < max_candidates:
                     length: i64 = 2
                     while length < MAX_MATCH:
                         at = p - 1 - length
@@ -307,17 +332,21 @@ class SuffixHistory:
                         if t == SEP or t != self._query_at(q, length):
                             break
                         length += 1
+                    self.cand_p[n] = p
+                    self.cand_len[n] = length
+                    n += 1
                     if length > best_len:
                         best_len = length
-                        best_p = p
-                        if length >= MAX_MATCH:
-                            break
                     p = i64(self.prev[p])
-                return best_p, best_len
+                self.n_cand = n
+                return best_len
         u = self._ufind(b)
         if u < 0:
-            return -1, 0
-        return i64(self.ulast[u]), 1
+            return 0
+        self.cand_p[0] = i64(self.ulast[u])
+        self.cand_len[0] = 1
+        self.n_cand = 1
+        return 1
 
 
 class HybridState:
@@ -337,20 +366,31 @@ class HybridState:
     seen: i64
     last_llama: i64
     last_suffix: i64
-    last_bucket: i64
+    last_cells: vec[i64]
     threshold: float
+    max_candidates: i64
 
-    def __init__(self, history: SuffixHistory | None = None, threshold: float = THRESHOLD) -> None:
+    def __init__(
+        self,
+        history: SuffixHistory | None = None,
+        threshold: float = THRESHOLD,
+        max_candidates: int = MAX_CANDIDATES,
+    ) -> None:
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+        if max_candidates < 1:
+            raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
         self.history = history if history is not None else SuffixHistory()
         self.threshold = threshold
-        self.tried = zeros_i64(N_BUCKETS * N_OFFSETS)
-        self.ok = zeros_i64(N_BUCKETS * N_OFFSETS)
+        self.max_candidates = max_candidates
+        self.tried = zeros_i64(N_CLASS * N_LEN)
+        self.ok = zeros_i64(N_CLASS * N_LEN)
         self.l_tried = zeros_i64(N_LLAMA)
         self.l_ok = zeros_i64(N_LLAMA)
         self.seen = 0
         self.last_llama = 0
         self.last_suffix = 0
-        self.last_bucket = 0
+        self.last_cells = vec[i64]()
 
     def begin_request(self) -> None:
         """Start a new request (the previous one stays in the history)."""
@@ -385,11 +425,18 @@ class HybridState:
         for j in range(base, len(drafted)):
             q = append(q, drafted[j])
         h = self.history
-        p, length = h._match(q)
-        if p < 0:
+        best = h._collect(q, self.max_candidates)
+        if best == 0:
             return drafted
-        bucket = bucket_of(length)
-        self.last_bucket = bucket
+        # The candidates followed: every occurrence matching as long as the best.
+        # Kept in place at the front of h.cand_p (n_act of them), newest first.
+        act = h.cand_p
+        n_act: i64 = 0
+        for j in range(h.n_cand):
+            if h.cand_len[j] == best:
+                act[n_act] = act[j]
+                n_act += 1
+        cells = vec[i64](capacity=n_draft)
         prob = 1.0
         if m > 0:
             li = m if m < N_LLAMA - 1 else N_LLAMA - 1
@@ -397,18 +444,41 @@ class HybridState:
         toks = h.toks
         end = i64(len(toks))
         k: i64 = 0
-        row = bucket * N_OFFSETS
-        while m + k < n_draft and p + k < end:
-            t = toks[p + k]
-            if t == SEP:
+        while m + k < n_draft:
+            # The most frequent next token among the candidates; on a tie the newest one's.
+            best_t = SEP
+            best_c: i64 = 0
+            for i in range(n_act):
+                pi = act[i] + k
+                ti = toks[pi] if pi < end else SEP
+                if ti == SEP:
+                    continue
+                c: i64 = 0
+                for j in range(i, n_act):
+                    pj = act[j] + k
+                    if pj < end and toks[pj] == ti:
+                        c += 1
+                if c > best_c:
+                    best_c = c
+                    best_t = ti
+            if best_c == 0:
                 break
-            off = k if k < N_OFFSETS - 1 else N_OFFSETS - 1
-            prob = prob * ((float(self.ok[row + off]) + PRIOR_OK) / (float(self.tried[row + off]) + PRIOR_TRIED))
+            cell = stat_cell(best_c, n_act, best + k)
+            prob = prob * ((float(self.ok[cell]) + PRIOR_OK) / (float(self.tried[cell]) + PRIOR_TRIED))
             if prob < self.threshold:
                 break
-            drafted = append(drafted, t)
+            drafted = append(drafted, best_t)
+            cells = append(cells, cell)
             k += 1
+            n_kept: i64 = 0
+            for i in range(n_act):
+                pi = act[i] + k - 1
+                if pi < end and toks[pi] == best_t:
+                    act[n_kept] = act[i]
+                    n_kept += 1
+            n_act = n_kept
         self.last_suffix = k
+        self.last_cells = cells
         return drafted
 
     def _observe(self, n_accepted: i64) -> None:
@@ -424,10 +494,9 @@ class HybridState:
                 self.l_ok[li] //= 2
         if s > 0 and n_accepted >= m:
             acc = n_accepted - m
-            row = self.last_bucket * N_OFFSETS
             k: i64 = 0
             while k < s and k <= acc:
-                off = row + (k if k < N_OFFSETS - 1 else N_OFFSETS - 1)
+                off = self.last_cells[k]
                 self.tried[off] += 1
                 if k < acc:
                     self.ok[off] += 1

@@ -7,18 +7,24 @@ short of ``n_draft`` (or is empty), continues it with a *suffix match*:
 1. The query is the request so far followed by the tokens drafted so far. Its last two tokens
    (a bigram) are looked up in the :class:`SuffixHistory`: the token stream of the earlier
    requests and of the current one. Up to :data:`MAX_CANDIDATES` earlier occurrences are
-   compared, newest first, and each is extended backwards while it agrees with the query (up
-   to :data:`MAX_MATCH` tokens, never across a request boundary). The longest wins; among
-   equally long ones the newest. If the bigram never occurred, the newest occurrence of the
-   last token alone is used (a match of length 1).
-2. The tokens that followed the match in the history are drafted one by one, while the
-   estimated probability that the token is reached *and* accepted stays at or above
-   :data:`THRESHOLD`. That probability is a running product: the chance that a llama.cpp draft
-   of this length is accepted whole (when there is one), times, for each suffix token, the
-   acceptance rate seen so far for suffix tokens at this offset after a match of this
-   length. Rates are counted per (match length 1..16, offset 0..15) with a Laplace prior
-   ``(ok + 1) / (tried + 2)`` and halved when ``tried`` reaches :data:`DECAY_AT`, so
-   long matches draft long and the length follows the acceptance actually seen.
+   taken, newest first, and each is extended backwards while it agrees with the query (up
+   to :data:`MAX_MATCH` tokens, never across a request boundary). The occurrences with the
+   longest match are followed. If the bigram never occurred, the newest occurrence of the
+   last token alone is followed (a match of length 1).
+2. Token by token, the draft takes the continuation most of the followed occurrences agree
+   on (on a tie, the newest occurrence's), and keeps following only the occurrences that
+   agree. It stops when the estimated probability that the token is reached *and* accepted
+   falls below :data:`THRESHOLD`. That probability is a running product: the chance that a
+   llama.cpp draft of this length is accepted whole (when there is one), times, for each
+   suffix token, the acceptance rate seen so far for suffix tokens of the same kind. The
+   kind is (support class, effective match length): the class says whether the token had
+   one occurrence behind it, won a tie, was unanimous among several, had a majority or
+   only a plurality (:func:`support_class`); the effective match length is the match length
+   plus the offset into the suffix part (a token drafted after ``k`` accepted ones extends
+   the match by ``k``), capped at 32. Rates are ``(ok + 1) / (tried + 2)`` (Laplace prior);
+   both counts are halved when ``tried`` reaches :data:`DECAY_AT`, so recent steps weigh
+   more. Long, unanimous matches therefore draft long, and a kind of token that keeps
+   failing stops being drafted beyond its first position.
 
 Everything is integer counting plus one float product in a fixed order: deterministic, and
 the fast path computes the same floats.
@@ -29,6 +35,7 @@ full, the older half is dropped and the index rebuilt over the rest.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from lookupdec.reference.cache import NGRAM_MAX, NGRAM_MIN, NgramCache
@@ -38,17 +45,17 @@ SEP = -1
 """Separator written before every request in the history stream (never matched)."""
 DEFAULT_MAX_TOKENS = 1 << 22
 """Default bound of a :class:`SuffixHistory` (4,194,304 tokens)."""
-MAX_CANDIDATES = 48
+MAX_CANDIDATES = 16
 """How many earlier occurrences of the last bigram are compared, newest first."""
 MAX_MATCH = 32
 """Matches are measured up to this many tokens (longer ones count as this long)."""
-N_BUCKETS = 17
-"""Acceptance statistics per match length 1..16 (16 = "16 or more") ..."""
-N_OFFSETS = 16
-"""... and per offset 0..15 into the suffix part of the draft (15 = "15 or later")."""
+N_LEN = 33
+"""Acceptance statistics per effective match length 1..32 (match length + offset into the suffix part) ..."""
+N_CLASS = 5
+"""... and per support class of the drafted token (see :func:`support_class`)."""
 N_LLAMA = 17
 """Whole-acceptance statistics per llama draft length 1..16 (16 = "16 or more")."""
-THRESHOLD = 0.22
+THRESHOLD = 0.02
 """Draft a suffix token only while its estimated chance to be reached and accepted is at least this."""
 PRIOR_OK = 1.0
 PRIOR_TRIED = 2.0
@@ -125,11 +132,15 @@ class SuffixHistory:
         for t in tokens:
             self.push(int(t))
 
-    def match(self, drafted: Sequence[int]) -> tuple[int, int]:
-        """(position, length) of the best earlier occurrence of the query's suffix, (-1, 0) if none.
+    def candidates(self, drafted: Sequence[int], max_candidates: int = MAX_CANDIDATES) -> list[tuple[int, int]]:
+        """Earlier occurrences of the query's suffix as (position, match length), newest first.
 
-        The query is the stream followed by ``drafted``; the continuation starts at the position.
+        The query is the stream followed by ``drafted``; an occurrence's continuation starts at
+        its position. Up to ``max_candidates`` occurrences of the last two tokens, each measured
+        backwards (at most :data:`MAX_MATCH`, never across a separator); if those two tokens
+        never occurred, the newest occurrence of the last token alone, with length 1.
         """
+
         def query(j: int) -> int:  # the query token j places before its end
             if j < len(drafted):
                 return drafted[len(drafted) - 1 - j]
@@ -138,24 +149,35 @@ class SuffixHistory:
 
         last, before = query(0), query(1)
         if last == SEP:
-            return -1, 0
+            return []
         if before != SEP and (before, last) in self.positions:
-            best_p, best_len = -1, 0
-            for p in reversed(self.positions[(before, last)][-MAX_CANDIDATES:]):
+            found = []
+            for p in reversed(self.positions[(before, last)][-max_candidates:]):
                 length = 2
                 while length < MAX_MATCH:
                     at = p - 1 - length
                     if at < 0 or self.toks[at] == SEP or self.toks[at] != query(length):
                         break
                     length += 1
-                if length > best_len:
-                    best_p, best_len = p, length
-                    if length >= MAX_MATCH:
-                        break
-            return best_p, best_len
+                found.append((p, length))
+            return found
         if last in self.last_after:
-            return self.last_after[last], 1
-        return -1, 0
+            return [(self.last_after[last], 1)]
+        return []
+
+
+def support_class(count: int, n_active: int) -> int:
+    """How well the candidates support a drafted token: 0 a single candidate, 1 one of several
+    (the newest wins a tie), 2 all of >= 2, 3 at least half, 4 fewer than half."""
+    if n_active == 1:
+        return 0
+    if count == 1:
+        return 1
+    if count == n_active:
+        return 2
+    if 2 * count >= n_active:
+        return 3
+    return 4
 
 
 def _estimate(ok: int, tried: int) -> float:
@@ -170,17 +192,28 @@ class HybridState:
     the whole request so far and only grows; tokens not seen yet join the history first.
     """
 
-    def __init__(self, history: SuffixHistory | None = None, threshold: float = THRESHOLD) -> None:
+    def __init__(
+        self,
+        history: SuffixHistory | None = None,
+        threshold: float = THRESHOLD,
+        max_candidates: int = MAX_CANDIDATES,
+    ) -> None:
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+        if max_candidates < 1:
+            raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
         self.history = history if history is not None else SuffixHistory()
         self.threshold = threshold
-        self.tried = [[0] * N_OFFSETS for _ in range(N_BUCKETS)]
-        self.ok = [[0] * N_OFFSETS for _ in range(N_BUCKETS)]
+        self.max_candidates = max_candidates
+        # acceptance counts per (support class, effective match length)
+        self.tried = [[0] * N_LEN for _ in range(N_CLASS)]
+        self.ok = [[0] * N_LEN for _ in range(N_CLASS)]
         self.l_tried = [0] * N_LLAMA
         self.l_ok = [0] * N_LLAMA
         self.seen = 0
         self.last_llama = 0
         self.last_suffix = 0
-        self.last_bucket = 0
+        self.last_cells: list[tuple[int, int]] = []
 
     def begin_request(self) -> None:
         """Start a new request (the previous one stays in the history)."""
@@ -203,24 +236,34 @@ class HybridState:
         self.last_llama, self.last_suffix = m, 0
         if m >= n_draft:
             return
-        p, length = self.history.match(drafted)
-        if p < 0:
+        found = self.history.candidates(drafted, self.max_candidates)
+        if not found:
             return
-        bucket = min(length, N_BUCKETS - 1)
-        self.last_bucket = bucket
+        best = max(length for _, length in found)
+        active = [p for p, length in found if length == best]  # newest first
         prob = 1.0
         if m > 0:
             li = min(m, N_LLAMA - 1)
             prob = _estimate(self.l_ok[li], self.l_tried[li])
         toks = self.history.toks
+        cells = []
         k = 0
-        while m + k < n_draft and p + k < len(toks) and toks[p + k] != SEP:
-            off = min(k, N_OFFSETS - 1)
-            prob = prob * _estimate(self.ok[bucket][off], self.tried[bucket][off])
+        while m + k < n_draft:
+            nexts = [toks[p + k] if p + k < len(toks) else SEP for p in active]
+            votes = Counter(t for t in nexts if t != SEP)
+            if not votes:
+                break
+            top = max(votes.values())
+            token = next(t for t in nexts if votes.get(t) == top)  # a tie: the newest candidate's
+            cell = (support_class(top, len(active)), min(best + k, N_LEN - 1))
+            prob = prob * _estimate(self.ok[cell[0]][cell[1]], self.tried[cell[0]][cell[1]])
             if prob < self.threshold:
                 break
-            drafted.append(toks[p + k])
+            drafted.append(token)
+            cells.append(cell)
+            active = [p for p, t in zip(active, nexts, strict=True) if t == token]
             k += 1
+        self.last_cells = cells
         self.last_suffix = k
 
     def propose(
@@ -262,15 +305,14 @@ class HybridState:
                 self.l_ok[li] //= 2
         if s > 0 and n_accepted >= m:
             acc = n_accepted - m
-            tried, ok = self.tried[self.last_bucket], self.ok[self.last_bucket]
-            for k in range(min(s, acc + 1)):  # offsets reached: all accepted ones and the first miss
-                off = min(k, N_OFFSETS - 1)
-                tried[off] += 1
+            for k in range(min(s, acc + 1)):  # the tokens reached: the accepted ones and the first miss
+                cls, eff = self.last_cells[k]
+                self.tried[cls][eff] += 1
                 if k < acc:
-                    ok[off] += 1
-                if tried[off] >= DECAY_AT:
-                    tried[off] //= 2
-                    ok[off] //= 2
+                    self.ok[cls][eff] += 1
+                if self.tried[cls][eff] >= DECAY_AT:
+                    self.tried[cls][eff] //= 2
+                    self.ok[cls][eff] //= 2
         self.last_llama = self.last_suffix = 0
         if committed:
             self.history.extend(committed)
