@@ -288,6 +288,7 @@ def replay_stats(
     n_draft: int = 8,
     in_memory: bool = False,
     progress: ProgressCallback | None = None,
+    policy: str = "llama",
 ) -> dict[str, Any]:
     """Load the caches, replay ``tokens`` like llama-lookup-stats, and return the ``stats --json`` fields."""
     from lookupdec.formats import detect_format
@@ -296,9 +297,10 @@ def replay_stats(
     nc_static = load_static(impl, static, in_memory=in_memory) if static is not None else None
     nc_dynamic = load_dynamic(impl, dynamic)
     t_load = time.perf_counter() - t0
-    result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress)
+    result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress, policy)
     t_draft = result.t_draft_s
     return {
+        "policy": result.policy,
         "n_tokens": result.n_tokens,
         "n_ctx": result.n_ctx,
         "n_draft": result.n_draft,
@@ -306,6 +308,10 @@ def replay_stats(
         "n_drafted": result.n_drafted,
         "n_accept": result.n_accept,
         "accept": result.accept,
+        "n_steps": result.n_steps,
+        "tokens_per_step": result.tokens_per_step,
+        "wasted_per_step": result.wasted_per_step,
+        "us_per_step": 1e6 * t_draft / result.n_steps if result.n_steps else 0.0,
         "t_draft_ms": 1e3 * t_draft,
         "t_load_ms": 1e3 * t_load,
         "t_draft_flat_ms": 1e3 * t_load,
@@ -344,6 +350,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             n_draft=args.n_draft,
             in_memory=args.load,
             progress=progress,
+            policy=args.policy,
         )
     stats["replay"] = args.replay
     if args.json:
@@ -360,6 +367,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     )
     print(f"n_accept     = {stats['n_accept']}")
     print(f"accept       = {stats['accept']:.3f}%")
+    print(
+        f"policy       = {stats['policy']}: {stats['n_steps']} steps, {stats['tokens_per_step']:.4f} tokens "
+        f"per step, {stats['wasted_per_step']:.3f} wasted drafts per step"
+    )
     print(
         f"impl         = {stats['impl']} (compiled: {'yes' if stats['compiled'] else 'no'}), "
         f"peak RSS {stats['peak_rss_mb']:.1f} MB"
@@ -638,6 +649,7 @@ def build_parser() -> argparse.ArgumentParser:
             lookupdec stats wiki.test.raw.llama3.bin
             lookupdec stats --tokens wiki.test.raw.llama3.bin -lcs enwiki.lkdc -c 4096 --n-draft 8
             lookupdec stats wiki.test.raw --tokenizer tokenizer.json -lcs static.bin --json
+            lookupdec stats wiki.test.raw.llama3.bin -lcs enwiki.lkdc --policy hybrid --json
             """,
         func=cmd_stats,
     )
@@ -652,6 +664,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _add_replay_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of llama.cpp's lines")
+    p.add_argument(
+        "--policy", choices=("llama", "hybrid"), default="llama",
+        help="drafting policy: 'llama' is llama.cpp's rule, exactly (default); 'hybrid' continues its drafts "
+        "with the longest suffix match over the chunks replayed so far (more tokens per step, more drafted; "
+        "see README 'The hybrid policy')",
+    )  # fmt: skip
     p.add_argument(
         "--load", action="store_true",
         help="copy the static file into memory instead of memory-mapping it (fastest lookups, slower open)",
