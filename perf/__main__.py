@@ -13,6 +13,7 @@ COMMANDS = {
     "profile": ("perf.profile", "profile the replay loop with scalene"),
     "plot": ("perf.plot", "plot stored results as PNG"),
     "table": ("perf.table", "the issue-3 table (markdown) from stored results"),
+    "policy": ("perf.bench_policy", "drafting policies: tokens per step, waste and µs per step (issue 13)"),
 }
 
 

@@ -661,7 +661,9 @@ def test_stats_policy_hybrid(capsys: pytest.CaptureFixture[str], files: dict[str
         pytest.skip("the fast implementation is not available")
     results = {}
     for policy in ("llama", "hybrid"):
-        code, out, err = run(capsys, "stats", files["replay"], "-c", "512", "--json", "--policy", policy, "--impl", impl)
+        code, out, err = run(
+            capsys, "stats", files["replay"], "-c", "512", "--json", "--policy", policy, "--impl", impl
+        )
         assert code == 0, err
         results[policy] = stats = json.loads(out)
         assert stats["policy"] == policy

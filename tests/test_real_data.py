@@ -25,7 +25,6 @@ def tokens(path: Any) -> list[int]:
 
 
 class RealDataTests(ImplTests):
-
     def test_wikitext_no_static(self) -> None:
         result = self.impl.replay(tokens(REPLAY), 4096, 8)
         assert (result.n_drafted, result.n_accept) == (265417, 40442)
@@ -63,7 +62,9 @@ def test_wikitext_hybrid_fast_equals_reference() -> None:
 
     fast = fast_or_skip()
     corpus = tokens(CORPUS)
-    results = [impl.replay(tokens(REPLAY), 4096, 8, impl.build_static(corpus), None, None, "hybrid") for impl in (fast, ref)]
+    results = [
+        impl.replay(tokens(REPLAY), 4096, 8, impl.build_static(corpus), None, None, "hybrid") for impl in (fast, ref)
+    ]
     assert results[0].n_steps == results[1].n_steps
     assert (results[0].n_drafted, results[0].n_accept) == (results[1].n_drafted, results[1].n_accept)
     # and it gains over llama.cpp's rule (1.204 tokens per step, the table) within the waste budget

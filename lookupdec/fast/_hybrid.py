@@ -58,9 +58,20 @@ N_LEN: Final[i64] = 33
 N_CLASS: Final[i64] = 5
 """... and per support class of the drafted token (see :func:`support_class`)."""
 N_LLAMA: Final[i64] = 17
-"""How often a llama draft of length 1..16 (16 = "16 or more") was accepted whole."""
+"""Acceptance statistics of llama.cpp's tokens per draft length 1..16 (16 = "16 or more") ..."""
+N_LLAMA_POS: Final[i64] = 16
+"""... and position 0..15 in it (15 = "15 or later")."""
 THRESHOLD: Final = 0.02
-"""Draft a suffix token only while the estimated chance that it is reached and accepted is at least this."""
+"""Initial threshold: draft a token only while the estimated chance that it is reached and accepted is at least this."""
+TARGET_WASTE: Final = 1.9
+"""Wasted drafted tokens per step the threshold is steered to (0 turns the controller off)."""
+THRESHOLD_STEP: Final = 1.002
+"""Factor the threshold moves by after every observed step."""
+THRESHOLD_MIN: Final = 0.002
+THRESHOLD_MAX: Final = 0.5
+"""Bounds of the steered threshold."""
+BALANCE_CAP: Final[i64] = 20000
+"""The waste balance is kept within +-64 tokens (in tenths), so the controller reacts within a few steps."""
 PRIOR_OK: Final = 1.0
 PRIOR_TRIED: Final = 2.0
 """Laplace prior of every acceptance estimate: (ok + 1) / (tried + 2)."""
@@ -89,6 +100,12 @@ def support_class(count: i64, n_active: i64) -> i64:
     if 2 * count >= n_active:
         return 3
     return 4
+
+
+def llama_cell(m: i64, j: i64) -> i64:
+    """Index of the acceptance statistic of token ``j`` of a llama.cpp draft of ``m`` tokens."""
+    row = m if m < N_LLAMA - 1 else N_LLAMA - 1
+    return row * N_LLAMA_POS + (j if j < N_LLAMA_POS - 1 else N_LLAMA_POS - 1)
 
 
 def stat_cell(count: i64, n_active: i64, length: i64) -> i64:
@@ -365,28 +382,38 @@ class HybridState:
     l_ok: vec[i64]
     seen: i64
     last_llama: i64
+    last_llama_full: i64
     last_suffix: i64
     last_cells: vec[i64]
     threshold: float
     max_candidates: i64
+    target_waste10: i64
+    balance: i64
 
     def __init__(
         self,
         history: SuffixHistory | None = None,
         threshold: float = THRESHOLD,
         max_candidates: int = MAX_CANDIDATES,
+        target_waste: float = TARGET_WASTE,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold}")
         if max_candidates < 1:
             raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
         self.history = history if history is not None else SuffixHistory()
+        if not 0.0 <= target_waste <= 64.0:
+            raise ValueError(f"target_waste must be in [0, 64], got {target_waste}")
         self.threshold = threshold
         self.max_candidates = max_candidates
+        # tenths of a token, so the waste balance stays an integer (identical in both implementations)
+        self.target_waste10 = i64(round(target_waste * 10))
+        self.balance = 0
         self.tried = zeros_i64(N_CLASS * N_LEN)
         self.ok = zeros_i64(N_CLASS * N_LEN)
-        self.l_tried = zeros_i64(N_LLAMA)
-        self.l_ok = zeros_i64(N_LLAMA)
+        self.l_tried = zeros_i64(N_LLAMA * N_LLAMA_POS)
+        self.l_ok = zeros_i64(N_LLAMA * N_LLAMA_POS)
+        self.last_llama_full = 0
         self.seen = 0
         self.last_llama = 0
         self.last_suffix = 0
@@ -415,10 +442,29 @@ class HybridState:
         self.seen += 1
 
     def _suffix(self, drafted: vec[i32], base: i64, n_draft: i64) -> vec[i32]:
-        """Extend ``drafted[base:]`` (the llama part) with suffix-match tokens; returns the vec."""
-        m = i64(len(drafted)) - base
-        self.last_llama = m
+        """Trim and extend ``drafted[base:]`` (llama.cpp's draft); returns the vec.
+
+        llama.cpp's tokens are kept while the running estimate stays at or above the
+        threshold; suffix-match tokens follow under the same running estimate.
+        """
+        m_full = i64(len(drafted)) - base
+        self.last_llama_full = m_full
         self.last_suffix = 0
+        prob = 1.0
+        m: i64 = 0
+        while m < m_full:
+            cell = llama_cell(m_full, m)
+            p_ok = (float(self.l_ok[cell]) + PRIOR_OK) / (float(self.l_tried[cell]) + PRIOR_TRIED)
+            if prob * p_ok < self.threshold:
+                break
+            prob = prob * p_ok
+            m += 1
+        if m < m_full:
+            kept = vec[i32](capacity=base + n_draft)
+            for j in range(base + m):
+                kept = append(kept, drafted[j])
+            drafted = kept
+        self.last_llama = m
         if m >= n_draft:
             return drafted
         q = vec[i32](capacity=m)
@@ -437,10 +483,6 @@ class HybridState:
                 act[n_act] = act[j]
                 n_act += 1
         cells = vec[i64](capacity=n_draft)
-        prob = 1.0
-        if m > 0:
-            li = m if m < N_LLAMA - 1 else N_LLAMA - 1
-            prob = (float(self.l_ok[li]) + PRIOR_OK) / (float(self.l_tried[li]) + PRIOR_TRIED)
         toks = h.toks
         end = i64(len(toks))
         k: i64 = 0
@@ -484,14 +526,25 @@ class HybridState:
     def _observe(self, n_accepted: i64) -> None:
         m = self.last_llama
         s = self.last_suffix
-        if m > 0:
-            li = m if m < N_LLAMA - 1 else N_LLAMA - 1
-            self.l_tried[li] += 1
-            if n_accepted >= m:
-                self.l_ok[li] += 1
-            if self.l_tried[li] >= DECAY_AT:
-                self.l_tried[li] //= 2
-                self.l_ok[li] //= 2
+        if self.target_waste10 > 0:
+            # The waste controller: the balance is the waste budget left (in tenths of a token),
+            # clamped to +-BALANCE_CAP; overspent, the threshold rises, else it falls.
+            wasted = m + s - n_accepted if n_accepted < m + s else 0
+            b = self.balance + self.target_waste10 - 10 * wasted
+            b = BALANCE_CAP if b > BALANCE_CAP else (-BALANCE_CAP if b < -BALANCE_CAP else b)
+            self.balance = b
+            t = self.threshold * THRESHOLD_STEP if b < 0 else self.threshold / THRESHOLD_STEP
+            self.threshold = THRESHOLD_MAX if t > THRESHOLD_MAX else (THRESHOLD_MIN if t < THRESHOLD_MIN else t)
+        j: i64 = 0
+        while j < m and j <= n_accepted:  # llama.cpp's tokens reached: the accepted ones and the first miss
+            cell = llama_cell(self.last_llama_full, j)
+            self.l_tried[cell] += 1
+            if j < n_accepted:
+                self.l_ok[cell] += 1
+            if self.l_tried[cell] >= DECAY_AT:
+                self.l_tried[cell] //= 2
+                self.l_ok[cell] //= 2
+            j += 1
         if s > 0 and n_accepted >= m:
             acc = n_accepted - m
             k: i64 = 0

@@ -119,9 +119,7 @@ def draft(
     while len(draft) - 1 < n_draft:
         length = len(seq)
         part_static = nc_static.part((seq[length - 2], seq[length - 1], TOKEN_NULL, TOKEN_NULL)) or {}
-        token = try_primary(
-            nc_context, seq, length, ngram_min, ngram_max, LAX_MIN_SAMPLE, LAX_MIN_PERCENT, part_static
-        )
+        token = try_primary(nc_context, seq, length, ngram_min, ngram_max, LAX_MIN_SAMPLE, LAX_MIN_PERCENT, part_static)
         if token == TOKEN_NULL:
             token = try_primary(
                 nc_dynamic, seq, length, ngram_min, ngram_max, STRICT_MIN_SAMPLE, STRICT_MIN_PERCENT, part_static

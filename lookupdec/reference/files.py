@@ -57,8 +57,7 @@ def parse_legacy(data: bytes, path: str | os.PathLike[str], *, strict: bool = Fa
         if size - offset < ntokens * _PAIR.size:
             raise CacheFormatError(
                 path,
-                f"record cut short: ntokens = {ntokens} needs {ntokens * _PAIR.size} bytes, "
-                f"{size - offset} left",
+                f"record cut short: ntokens = {ntokens} needs {ntokens * _PAIR.size} bytes, {size - offset} left",
                 offset,
             )
         part: dict[int, int] = {}

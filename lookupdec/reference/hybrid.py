@@ -54,9 +54,20 @@ N_LEN = 33
 N_CLASS = 5
 """... and per support class of the drafted token (see :func:`support_class`)."""
 N_LLAMA = 17
-"""Whole-acceptance statistics per llama draft length 1..16 (16 = "16 or more")."""
+"""Acceptance statistics of llama.cpp's tokens per draft length 1..16 (16 = "16 or more") ..."""
+N_LLAMA_POS = 16
+"""... and position 0..15 in it (15 = "15 or later")."""
 THRESHOLD = 0.02
 """Draft a suffix token only while its estimated chance to be reached and accepted is at least this."""
+TARGET_WASTE = 1.9
+"""Wasted drafted tokens per step the threshold is steered to (0 turns the controller off)."""
+THRESHOLD_STEP = 1.002
+"""Factor the threshold moves by after every observed step."""
+THRESHOLD_MIN = 0.002
+THRESHOLD_MAX = 0.5
+"""Bounds of the steered threshold."""
+BALANCE_CAP = 20000
+"""The waste balance is kept within +-64 tokens (in tenths)."""
 PRIOR_OK = 1.0
 PRIOR_TRIED = 2.0
 """Laplace prior of every estimate: (ok + 1) / (tried + 2)."""
@@ -197,23 +208,35 @@ class HybridState:
         history: SuffixHistory | None = None,
         threshold: float = THRESHOLD,
         max_candidates: int = MAX_CANDIDATES,
+        target_waste: float = TARGET_WASTE,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold}")
         if max_candidates < 1:
             raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
         self.history = history if history is not None else SuffixHistory()
+        if not 0.0 <= target_waste <= 64.0:
+            raise ValueError(f"target_waste must be in [0, 64], got {target_waste}")
         self.threshold = threshold
         self.max_candidates = max_candidates
+        self.target_waste10 = round(target_waste * 10)  # tenths of a token: the balance stays an integer
+        self.balance = 0  # waste budget left, in tenths of a token
         # acceptance counts per (support class, effective match length)
         self.tried = [[0] * N_LEN for _ in range(N_CLASS)]
         self.ok = [[0] * N_LEN for _ in range(N_CLASS)]
-        self.l_tried = [0] * N_LLAMA
-        self.l_ok = [0] * N_LLAMA
+        # acceptance counts of llama.cpp's tokens per (its draft's length, position)
+        self.l_tried = [[0] * N_LLAMA_POS for _ in range(N_LLAMA)]
+        self.l_ok = [[0] * N_LLAMA_POS for _ in range(N_LLAMA)]
+        self.last_llama_full = 0
         self.seen = 0
         self.last_llama = 0
         self.last_suffix = 0
         self.last_cells: list[tuple[int, int]] = []
+
+    def _llama_counts(self, m_full: int, j: int) -> tuple[int, int]:
+        """(ok, tried) of token ``j`` of a llama.cpp draft of ``m_full`` tokens."""
+        row, col = min(m_full, N_LLAMA - 1), min(j, N_LLAMA_POS - 1)
+        return self.l_ok[row][col], self.l_tried[row][col]
 
     def begin_request(self) -> None:
         """Start a new request (the previous one stays in the history)."""
@@ -231,9 +254,23 @@ class HybridState:
         self.seen = len(tokens)
 
     def extend_draft(self, drafted: list[int], n_draft: int) -> None:
-        """Append suffix-match tokens to ``drafted`` (llama.cpp's draft for the current history)."""
-        m = len(drafted)
-        self.last_llama, self.last_suffix = m, 0
+        """Trim and extend ``drafted``, llama.cpp's draft for the current history, in place.
+
+        llama.cpp's tokens are kept while the running estimate stays at or above the
+        threshold; suffix-match tokens follow under the same running estimate.
+        """
+        m_full = len(drafted)
+        self.last_llama_full, self.last_suffix = m_full, 0
+        prob = 1.0
+        m = 0
+        while m < m_full:
+            p_ok = _estimate(*self._llama_counts(m_full, m))
+            if prob * p_ok < self.threshold:
+                break
+            prob = prob * p_ok
+            m += 1
+        del drafted[m:]
+        self.last_llama = m
         if m >= n_draft:
             return
         found = self.history.candidates(drafted, self.max_candidates)
@@ -241,10 +278,6 @@ class HybridState:
             return
         best = max(length for _, length in found)
         active = [p for p, length in found if length == best]  # newest first
-        prob = 1.0
-        if m > 0:
-            li = min(m, N_LLAMA - 1)
-            prob = _estimate(self.l_ok[li], self.l_tried[li])
         toks = self.history.toks
         cells = []
         k = 0
@@ -295,14 +328,20 @@ class HybridState:
         if n_accepted < 0:
             raise ValueError(f"n_accepted must be >= 0, got {n_accepted}")
         m, s = self.last_llama, self.last_suffix
-        if m > 0:
-            li = min(m, N_LLAMA - 1)
-            self.l_tried[li] += 1
-            if n_accepted >= m:
-                self.l_ok[li] += 1
-            if self.l_tried[li] >= DECAY_AT:
-                self.l_tried[li] //= 2
-                self.l_ok[li] //= 2
+        if self.target_waste10 > 0:  # steer the threshold to the target waste per step
+            wasted = max(m + s - n_accepted, 0)
+            self.balance = max(-BALANCE_CAP, min(BALANCE_CAP, self.balance + self.target_waste10 - 10 * wasted))
+            t = self.threshold * THRESHOLD_STEP if self.balance < 0 else self.threshold / THRESHOLD_STEP
+            self.threshold = max(THRESHOLD_MIN, min(THRESHOLD_MAX, t))
+        row = min(self.last_llama_full, N_LLAMA - 1)
+        for j in range(min(m, n_accepted + 1)):  # llama.cpp's tokens reached: the accepted ones and the first miss
+            col = min(j, N_LLAMA_POS - 1)
+            self.l_tried[row][col] += 1
+            if j < n_accepted:
+                self.l_ok[row][col] += 1
+            if self.l_tried[row][col] >= DECAY_AT:
+                self.l_tried[row][col] //= 2
+                self.l_ok[row][col] //= 2
         if s > 0 and n_accepted >= m:
             acc = n_accepted - m
             for k in range(min(s, acc + 1)):  # the tokens reached: the accepted ones and the first miss
