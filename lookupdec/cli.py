@@ -368,12 +368,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"n_accept     = {stats['n_accept']}")
     print(f"accept       = {stats['accept']:.3f}%")
     print(
-        f"policy       = {stats['policy']}: {stats['n_steps']} steps, {stats['tokens_per_step']:.4f} tokens "
-        f"per step, {stats['wasted_per_step']:.3f} wasted drafts per step"
-    )
-    print(
         f"impl         = {stats['impl']} (compiled: {'yes' if stats['compiled'] else 'no'}), "
         f"peak RSS {stats['peak_rss_mb']:.1f} MB"
+    )
+    print(
+        f"policy       = {stats['policy']}: {stats['n_steps']} steps, {stats['tokens_per_step']:.4f} tokens "
+        f"per step, {stats['wasted_per_step']:.3f} wasted drafts per step"
     )
     return EXIT_OK
 

@@ -1,8 +1,9 @@
 """The hybrid drafting policy, readable model (the fast path's ``_hybrid`` gives identical drafts).
 
 llama.cpp's rule drafts only when its caches are confident, and stays silent on most steps.
-The hybrid policy keeps every token llama.cpp's rule drafts and, where that draft stops
-short of ``n_draft`` (or is empty), continues it with a *suffix match*:
+The hybrid policy keeps llama.cpp's draft (trimmed where the running estimate below says its
+tokens are unlikely to be accepted: per (draft length, position) acceptance counts) and,
+where it stops short of ``n_draft`` (or is empty), continues it with a *suffix match*:
 
 1. The query is the request so far followed by the tokens drafted so far. Its last two tokens
    (a bigram) are looked up in the :class:`SuffixHistory`: the token stream of the earlier
@@ -25,6 +26,10 @@ short of ``n_draft`` (or is empty), continues it with a *suffix match*:
    both counts are halved when ``tried`` reaches :data:`DECAY_AT`, so recent steps weigh
    more. Long, unanimous matches therefore draft long, and a kind of token that keeps
    failing stops being drafted beyond its first position.
+
+3. The threshold starts at :data:`THRESHOLD` and is steered after every :meth:`HybridState.observe`
+   so that the rejected drafted tokens average ``target_waste`` per step (see
+   :data:`TARGET_WASTE`, :data:`THRESHOLD_STEP`, :data:`BALANCE_CAP`).
 
 Everything is integer counting plus one float product in a fixed order: deterministic, and
 the fast path computes the same floats.
