@@ -40,6 +40,7 @@ COMPILED: bool = _impl.COMPILED
 """True when the fast path's mypyc extension modules are what runs."""
 
 NgramCache = _impl.NgramCache
+Drafter = _impl.Drafter
 draft = _impl.draft
 replay = _impl.replay
 build_static = _impl.build_static
@@ -76,6 +77,7 @@ __all__ = [
     "NGRAM_STATIC",
     "POLICIES",
     "TOKEN_NULL",
+    "Drafter",
     "HybridState",
     "NgramCache",
     "ReplayResult",

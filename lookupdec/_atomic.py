@@ -1,34 +1,181 @@
-"""Write a file so that a reader never sees a half-written one in place of a good one."""
+"""Write a file so that a reader never sees a half-written one in place of a good one.
+
+Every file lookupdec writes goes through :func:`atomic_writer`:
+
+- the bytes go to a temporary file in the target's own folder, then ``rename`` puts it in
+  place, so the old file stays whole until the new one is complete (also after ``kill -9``);
+- where Linux offers ``O_TMPFILE`` the temporary file has no name until it is complete
+  (the kernel frees it if the process dies); elsewhere it is a hidden
+  ``.NAME.lookupdec-PID-RANDOM.tmp`` file, and the next write to the same path removes
+  those whose process is gone;
+- an output that is a symbolic link is written through: its target is replaced (in the
+  target's folder), the link stays, as llama.cpp's ``std::ofstream`` does;
+- an output that exists and is not a regular file (a folder, a device such as
+  ``/dev/full`` or ``/dev/null``, a fifo, a socket) is refused: it is never replaced, nor
+  written into;
+- every error names the user's path, never the temporary file.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-import tempfile
-from collections.abc import Iterator
+import secrets
+import stat
+from collections.abc import Iterable, Iterator
 from typing import BinaryIO
+
+from lookupdec.errors import OutputFileError
+
+_TMP_TAG = ".lookupdec-"
+
+
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, for error messages ("a fifo", "a folder", ...)."""
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a fifo"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def check_output_path(path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]] = ()) -> str:
+    """The real path an output to ``path`` will replace, after the checks every output gets.
+
+    Symbolic links are followed (the link's target is what gets written). Raises
+    :class:`~lookupdec.errors.OutputFileError` naming ``path`` when it exists and is not a
+    regular file, when it is the same file as one of ``inputs`` (``create X -o X`` would
+    destroy the corpus), or when its folder does not exist.
+    """
+    target = os.fspath(path)
+    real = os.path.realpath(target)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise OutputFileError(
+            target, f"exists and is {file_kind(st.st_mode)}; lookupdec writes only regular files (choose another)"
+        )
+    if st is not None:
+        for other in inputs:
+            with contextlib.suppress(OSError):
+                if os.path.samefile(other, real):
+                    raise OutputFileError(
+                        target, f"is also an input ({os.fspath(other)}); writing it would destroy that input"
+                    )
+    folder = os.path.dirname(real)
+    if not os.path.isdir(folder):
+        raise OutputFileError(target, f"the output's folder does not exist ({folder})")
+    return real
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. EPERM: it exists, owned by someone else
+        return True
+    return True
+
+
+def _clean_stale(folder: str, base: str) -> None:
+    """Remove this program's temporary files for ``base`` left by a process that died."""
+    prefix = f".{base}{_TMP_TAG}"
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            if not (name.startswith(prefix) and name.endswith(".tmp")):
+                continue
+            pid_text = name[len(prefix) :].split("-", 1)[0]
+            if pid_text.isdigit() and not _pid_alive(int(pid_text)):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, name))
+
+
+def _tmp_name(folder: str, base: str) -> str:
+    return os.path.join(folder, f".{base}{_TMP_TAG}{os.getpid()}-{secrets.token_hex(4)}.tmp")
+
+
+def _open_unnamed(folder: str) -> int | None:
+    """An unnamed (``O_TMPFILE``) file in ``folder``, or None where the OS or file system has none."""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if not flag or not os.path.isdir("/proc/self/fd"):
+        return None
+    try:
+        return os.open(folder, flag | os.O_WRONLY, 0o666)
+    except OSError as e:
+        if e.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
+            return None  # not supported here: fall back to a named temporary file
+        raise
+
+
+def _link_unnamed(fd: int, name: str) -> None:
+    """Give the unnamed file ``fd`` the name ``name`` (``linkat`` through ``/proc/self/fd``)."""
+    # os.link without a dir fd calls link(2), which would link the /proc symlink itself
+    # (EXDEV); with src_dir_fd it calls linkat(2) with AT_SYMLINK_FOLLOW, which links the file.
+    proc = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.link(str(fd), name, src_dir_fd=proc, follow_symlinks=True)
+    finally:
+        os.close(proc)
+
+
+def _renamed(e: OSError, target: str, tmp_names: tuple[str, ...]) -> OSError:
+    """``e`` naming ``target`` instead of our temporary file (or no file at all)."""
+    if e.filename is not None and os.fspath(e.filename) not in tmp_names and e.filename != target:
+        return e
+    new = OSError(e.errno, e.strerror or str(e), target)
+    new.__cause__ = None
+    return new
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
-    """Yield a binary file in the target's folder; on success rename it over ``path``.
+def atomic_writer(path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]] = ()) -> Iterator[BinaryIO]:
+    """Yield a binary file in the target's folder; on success it replaces ``path`` atomically.
 
-    On any exception the temporary file is removed and ``path`` is left as it was.
+    On any exception nothing is left behind and ``path`` is as it was. See the module
+    docstring for symbolic links, non-regular outputs and temporary files; ``inputs`` are
+    files the output must not be (see :func:`check_output_path`).
     """
     target = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(target))
-    fd, tmp = tempfile.mkstemp(prefix=".lookupdec-", suffix=".tmp", dir=folder)
-    # mkstemp creates the file 0600; give it the mode a plain open() would (0666 less umask).
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
+    real = check_output_path(target, inputs)
+    folder, base = os.path.split(real)
+    _clean_stale(folder, base)
     try:
-        with os.fdopen(fd, "wb") as f:
+        old_mode: int | None = stat.S_IMODE(os.stat(real).st_mode)
+    except OSError:
+        old_mode = None
+    tmp = ""
+    fd: int | None = None
+    try:
+        fd = _open_unnamed(folder)
+        unnamed = fd is not None
+        if fd is None:
+            tmp = _tmp_name(folder, base)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        if old_mode is not None:
+            os.fchmod(fd, old_mode)  # keep the permissions of the file being replaced, as writing in place would
+        with os.fdopen(fd, "wb", closefd=False) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        if unnamed:
+            tmp = _tmp_name(folder, base)
+            _link_unnamed(fd, tmp)
+        os.replace(tmp, real)
+        tmp = ""
+    except OSError as e:
+        raise _renamed(e, target, (tmp, folder, f"/proc/self/fd/{fd}")) from None
+    finally:
+        if fd is not None:
+            os.close(fd)
+        if tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

@@ -5,6 +5,7 @@
 ``stats``          llama-lookup-stats: replay a text, count drafted/accepted tokens
 ``merge``          llama-lookup-merge: add several caches into one
 ``inspect``        what a cache file holds (no llama.cpp counterpart)
+``tokenize``       a text file to token ids with a model's GGUF vocabulary (llama_tokenize)
 ``demo``           the whole pipeline on token data shipped with the package
 =================  ==========================================================
 
@@ -21,14 +22,25 @@ import sys
 import textwrap
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from types import ModuleType
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
 import lookupdec
+from lookupdec._atomic import check_output_path
+from lookupdec._pipeline import (
+    UsageError,
+    build_static_cache,
+    load_cache,
+    progress_bar,
+    replay_stats,
+    require_file,
+    resolve_impl,
+    saturate_counts,
+    write_cache,
+)
 from lookupdec.errors import LookupdecError
 
+INT32_MAX = 2**31 - 1
 EXIT_OK = 0
 EXIT_ERROR = 2
 """Exit code of every usage or input error (like argparse's own)."""
@@ -37,15 +49,8 @@ STATIC_FORMATS = ("lookupdec", "llama", "fork-v2")
 """Formats ``create`` and ``merge`` can write."""
 IMPLEMENTATIONS = ("reference", "fast")
 
-ProgressCallback = Callable[[int, int], None]
-
-
 # --------------------------------------------------------------------------------------
 # errors and helpers
-
-
-class UsageError(LookupdecError):
-    """A problem with the command line or its inputs, reported as one line, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,91 +85,11 @@ def _want_progress(args: argparse.Namespace) -> bool:
     return not getattr(args, "quiet", False) and sys.stderr.isatty()
 
 
-@contextmanager
-def progress_bar(enabled: bool, desc: str, unit: str = "tok") -> Iterator[ProgressCallback | None]:
-    """A ``progress(done, total)`` callback drawing a tqdm bar on stderr, or None when disabled."""
-    if not enabled:
-        yield None
-        return
-    from tqdm import tqdm
-
-    bar: Any = None
-
-    def update(done: int, total: int) -> None:
-        nonlocal bar
-        if bar is None:
-            bar = tqdm(total=total, desc=desc, unit=unit, unit_scale=True, file=sys.stderr, leave=False)
-        bar.update(done - bar.n)
-
-    try:
-        yield update
-    finally:
-        if bar is not None:
-            bar.close()
-
-
-def resolve_impl(name: str | None) -> ModuleType:
-    """The implementation module to use: ``name``, or the one ``import lookupdec`` chose."""
-    chosen = name or lookupdec.IMPLEMENTATION
-    try:
-        module = lookupdec.implementation(chosen)
-    except ImportError as e:
-        raise UsageError(f"the {chosen} implementation is not available here ({e})") from None
-    if not hasattr(module, "replay"):
-        raise UsageError(f"the {chosen} implementation is not available in this install")
-    return module
-
-
-def available_implementations() -> list[str]:
-    """The implementations importable here, reference first."""
-    names = ["reference"]
-    try:
-        resolve_impl("fast")
-    except UsageError:
-        pass
-    else:
-        names.append("fast")
-    return names
-
-
-def _require_file(path: str, what: str) -> None:
-    if not os.path.exists(path):
-        raise UsageError(f"{path}: no such file ({what})")
-    if os.path.isdir(path):
-        raise UsageError(f"{path}: is a folder, not a file ({what})")
-
-
-def load_static(impl: ModuleType, path: str, *, in_memory: bool = False) -> Any:
-    """Open a static cache file of any format with ``impl`` (``impl.load_static`` when it has one)."""
-    _require_file(path, "static cache, -lcs")
-    loader = getattr(impl, "load_static", None)
-    if loader is not None:
-        return loader(path, in_memory=in_memory)
-    return impl.NgramCache.load(path)
-
-
-def load_dynamic(impl: ModuleType, path: str | None) -> Any:
-    """The dynamic cache at ``path``; a missing file (or no path) is an empty cache, as in llama.cpp."""
-    if path is None or not os.path.exists(path):
-        return impl.NgramCache()
-    _require_file(path, "dynamic cache, -lcd")
-    return impl.NgramCache.load(path)
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set size in MB (``getrusage`` ``ru_maxrss``); 0 where unknown."""
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - Windows
-        return 0.0
-    rss = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-    return rss / 2**20 if sys.platform == "darwin" else rss / 2**10
-
-
 def _load_input(args: argparse.Namespace, path: str) -> list[int]:
-    from lookupdec.tokens import load_tokens
+    from lookupdec.tokens import check_token_ids, load_tokens
 
     arr = load_tokens(path, tokens=args.tokens, tokenizer=args.tokenizer, add_bos=args.add_bos)
+    check_token_ids(path, arr, raw=args.tokenizer is None and not path.lower().endswith(".npy"))
     result: list[int] = arr.tolist()
     return result
 
@@ -177,70 +102,6 @@ def _mb(n_bytes: int) -> str:
 # building and writing static caches
 
 
-def build_static_cache(
-    impl: ModuleType, corpora: Sequence[Sequence[int]], progress: ProgressCallback | None = None
-) -> Any:
-    """The static cache of several corpora: each one's 2-grams counted separately, then added up.
-
-    The same as ``build_static`` of each corpus merged together (no 2-gram spans two
-    corpora), done in windows so that a progress bar can follow it.
-    """
-    cache = impl.NgramCache()
-    ngram = int(impl.NGRAM_STATIC)
-    total = sum(len(c) for c in corpora)
-    done = 0
-    step = 1 << 16
-    for tokens in corpora:
-        for start in range(0, len(tokens), step):
-            end = min(start + step, len(tokens))
-            window = tokens[max(start - ngram, 0) : end]
-            cache.update(window, end - start, ngram, ngram)
-            done += end - start
-            if progress is not None:
-                progress(done, total)
-    return cache
-
-
-def write_cache(cache: Any, path: str, fmt: str, vocab_size: int = 0, vocab_fingerprint: bytes = b"") -> None:
-    """Write ``cache`` to ``path`` in ``fmt`` (``llama``, ``lookupdec`` or ``fork-v2``), atomically.
-
-    ``llama`` holds any cache; the other two hold static caches (2-grams) only. The keys go
-    to the writer in the cache's insertion order (first occurrence in the corpus), which is
-    the order the fork's own create writes; the lookupdec index sorts them itself.
-    """
-    if fmt == "llama":
-        cache.save(path)
-        return
-    sizes = ngram_sizes(cache.keys())
-    if sizes and set(sizes) != {2}:
-        raise UsageError(
-            f"{path}: only a static cache (2-grams only) can be written as {fmt}; this cache has n-grams "
-            f"of sizes {', '.join(map(str, sorted(sizes)))}; use --format llama"
-        )
-    from lookupdec import formats
-
-    writer = getattr(formats, "write_static", None)
-    if writer is None:
-        raise UsageError(f"writing the {fmt} format is not available in this build of lookupdec")
-    writer(cache.items(), path, fmt, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
-
-
-def ngram_sizes(keys: Iterable[Sequence[int]]) -> dict[int, int]:
-    """How many of ``keys`` (padded 4-slot keys) are of each n-gram size (1..4)."""
-    sizes: dict[int, int] = {}
-    for key in keys:
-        n = _key_size(key)
-        sizes[n] = sizes.get(n, 0) + 1
-    return sizes
-
-
-def _key_size(key: Sequence[int]) -> int:
-    n = len(key)
-    while n > 1 and key[n - 1] == -1:
-        n -= 1
-    return n
-
-
 # --------------------------------------------------------------------------------------
 # subcommands
 
@@ -249,7 +110,8 @@ def cmd_create(args: argparse.Namespace) -> int:
     """``lookupdec create``: build a static cache (llama-lookup-create)."""
     impl = resolve_impl(args.impl)
     for path in args.corpus:
-        _require_file(path, "corpus")
+        require_file(path, "corpus")
+    check_output_path(args.output, args.corpus)  # before the work: not a device, not a corpus
     t0 = time.perf_counter()
     corpora = [_load_input(args, path) for path in args.corpus]
     t_read = time.perf_counter() - t0
@@ -260,6 +122,11 @@ def cmd_create(args: argparse.Namespace) -> int:
         vocab_size, fingerprint = vocab_info(args.tokenizer)
     if args.vocab_size is not None:
         vocab_size = args.vocab_size
+    if vocab_size:
+        for path, tokens in zip(args.corpus, corpora, strict=True):
+            top = max(tokens, default=-1)
+            if top >= vocab_size:
+                raise UsageError(f"{path}: token id {top} is not below the vocabulary size {vocab_size}")
     t0 = time.perf_counter()
     with progress_bar(_want_progress(args), "create") as progress:
         cache = build_static_cache(impl, corpora, progress)
@@ -278,68 +145,26 @@ def cmd_create(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def replay_stats(
-    impl: ModuleType,
-    tokens: Sequence[int],
-    *,
-    static: str | None = None,
-    dynamic: str | None = None,
-    n_ctx: int = 4096,
-    n_draft: int = 8,
-    in_memory: bool = False,
-    progress: ProgressCallback | None = None,
-    policy: str = "llama",
-) -> dict[str, Any]:
-    """Load the caches, replay ``tokens`` like llama-lookup-stats, and return the ``stats --json`` fields."""
-    from lookupdec.formats import detect_format
-
-    t0 = time.perf_counter()
-    nc_static = load_static(impl, static, in_memory=in_memory) if static is not None else None
-    nc_dynamic = load_dynamic(impl, dynamic)
-    t_load = time.perf_counter() - t0
-    result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress, policy)
-    t_draft = result.t_draft_s
-    return {
-        "policy": result.policy,
-        "n_tokens": result.n_tokens,
-        "n_ctx": result.n_ctx,
-        "n_draft": result.n_draft,
-        "n_predict": result.n_predict,
-        "n_drafted": result.n_drafted,
-        "n_accept": result.n_accept,
-        "accept": result.accept,
-        "n_steps": result.n_steps,
-        "tokens_per_step": result.tokens_per_step,
-        "wasted_per_step": result.wasted_per_step,
-        "us_per_step": 1e6 * t_draft / result.n_steps if result.n_steps else 0.0,
-        "t_draft_ms": 1e3 * t_draft,
-        "t_load_ms": 1e3 * t_load,
-        "t_draft_flat_ms": 1e3 * t_load,
-        "us_per_drafted_token": result.us_per_drafted_token,
-        "tokens_per_second": result.n_drafted / t_draft if t_draft > 0 else 0.0,
-        "impl": impl.IMPLEMENTATION,
-        "compiled": bool(impl.COMPILED),
-        "static": static,
-        "static_format": detect_format(static) if static is not None else None,
-        "static_in_memory": bool(in_memory) if static is not None else None,
-        "dynamic": dynamic,
-        "dynamic_found": dynamic is not None and os.path.exists(dynamic),
-        "peak_rss_mb": peak_rss_mb(),
-        "version": lookupdec.__version__,
-    }
+def _check_replay_options(args: argparse.Namespace) -> None:
+    """-c and --n-draft within llama.cpp's ranges (int32), as one clear line."""
+    if not 1 <= args.n_ctx <= INT32_MAX:
+        raise UsageError(f"-c/--ctx-size must be between 1 and {INT32_MAX} (llama.cpp's int), got {args.n_ctx}")
+    if not 0 <= args.n_draft <= INT32_MAX:
+        raise UsageError(f"--n-draft must be between 0 and {INT32_MAX} (llama.cpp's int), got {args.n_draft}")
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """``lookupdec stats``: replay a text (llama-lookup-stats)."""
-    if args.n_ctx < 1:
-        raise UsageError(f"-c/--ctx-size must be >= 1, got {args.n_ctx}")
-    if args.n_draft < 0:
-        raise UsageError(f"--n-draft must be >= 0, got {args.n_draft}")
+    _check_replay_options(args)
     impl = resolve_impl(args.impl)
-    _require_file(args.replay, "replay text")
+    require_file(args.replay, "replay text")
     if args.static is not None:
-        _require_file(args.static, "static cache, -lcs")
+        require_file(args.static, "static cache, -lcs")
     tokens = _load_input(args, args.replay)
+    if args.tokenizer is not None and args.static is not None:
+        from lookupdec.tokens import vocab_info
+
+        _check_static_vocab(args.static, args.tokenizer, *vocab_info(args.tokenizer))
     with progress_bar(_want_progress(args), "replay") as progress:
         stats = replay_stats(
             impl,
@@ -349,10 +174,19 @@ def cmd_stats(args: argparse.Namespace) -> int:
             n_ctx=args.n_ctx,
             n_draft=args.n_draft,
             in_memory=args.load,
+            verify=args.verify,
             progress=progress,
             policy=args.policy,
         )
     stats["replay"] = args.replay
+    if len(tokens) <= args.n_ctx:
+        # llama-lookup-stats replays chunks while start + n_ctx < n_tokens: none here. Keep
+        # its counts (all zero), but say why, since exit 0 with zeros looks like a result.
+        warnings.warn(
+            f"{args.replay}: {len(tokens):,} tokens, not more than -c {args.n_ctx:,}: nothing is replayed "
+            "(llama.cpp does the same); give a smaller -c",
+            stacklevel=1,
+        )
     if args.json:
         print(json.dumps(stats, sort_keys=False))
         return EXIT_OK
@@ -378,14 +212,39 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _check_static_vocab(static: str, tokenizer: str, n_vocab: int, fingerprint: bytes) -> None:
+    """Refuse a lookupdec static index built with another vocabulary than ``tokenizer``'s.
+
+    Done here, on the header fields, rather than in the format readers: other files (legacy,
+    fork) record no vocabulary and are used as they are.
+    """
+    from lookupdec import formats
+
+    if formats.detect_format(static) != "lookupdec":
+        return
+    with formats.LookupdecIndexReader(static) as reader:
+        size, fp = int(reader.vocab_size), bytes(reader.vocab_fingerprint)
+    if fp != bytes(8) and fp != fingerprint:
+        raise UsageError(
+            f"{static}: static index was built with another vocabulary (fingerprint {fp.hex()}) than "
+            f"{tokenizer} ({fingerprint.hex()}); its token ids would mean other tokens"
+        )
+    if size and size != n_vocab:
+        raise UsageError(
+            f"{static}: static index was built for a vocabulary of {size:,} ids, {tokenizer} has {n_vocab:,}"
+        )
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
     """``lookupdec merge``: add caches together (llama-lookup-merge)."""
     impl = resolve_impl(args.impl)
     for path in args.inputs:
-        _require_file(path, "cache to merge")
+        require_file(path, "cache to merge")
+    check_output_path(args.output, args.inputs)  # before the work: not a device, not an input
     merged = impl.NgramCache()
     for path in args.inputs:
-        merged.merge(impl.NgramCache.load(path))
+        merged.merge(load_cache(impl, path))
+    merged = saturate_counts(impl, merged, args.output)
     write_cache(merged, args.output, args.format)
     if not args.quiet:
         print(
@@ -394,23 +253,6 @@ def cmd_merge(args: argparse.Namespace) -> int:
             f"{'s' if len(args.inputs) != 1 else ''}"
         )
     return EXIT_OK
-
-
-def _heaviest(path: str, top: int) -> list[dict[str, Any]]:
-    """The ``top`` heaviest n-grams of any enumerable cache file, by total count (ties: smaller key)."""
-    from lookupdec.reference import NgramCache
-
-    cache = NgramCache.load(path)
-    weighted = sorted(((sum(part.values()), key, part) for key, part in cache.items()), key=lambda x: (-x[0], x[1]))
-    return [
-        {
-            "ngram": list(key[: _key_size(key)]),
-            "total": total,
-            "n_followers": len(part),
-            "top_followers": [list(tc) for tc in sorted(part.items(), key=lambda tc: (-tc[1], tc[0]))[:5]],
-        }
-        for total, key, part in weighted[:top]
-    ]
 
 
 def _kind(sizes: dict[int, int]) -> str:
@@ -430,8 +272,8 @@ def inspect_cache(path: str, top: int = 10, verify: bool = False) -> dict[str, A
     """
     from lookupdec import formats
 
-    _require_file(path, "cache file")
-    raw = formats.inspect_file(path, verify=verify)
+    require_file(path, "cache file")
+    raw = formats.inspect_file(path, verify=verify, top=top)
     for message in raw.get("warnings") or []:
         warnings.warn(message, stacklevel=2)
     sizes = {int(n): int(c) for n, c in (raw.get("key_sizes") or {}).items() if c}
@@ -453,7 +295,7 @@ def inspect_cache(path: str, top: int = 10, verify: bool = False) -> dict[str, A
     rows = raw.get("top")
     if rows is None:
         info["heaviest"] = None  # a fork v1 file cannot be enumerated
-    elif top <= len(rows) or len(rows) >= n_keys:
+    else:
         info["heaviest"] = [
             {
                 "ngram": [int(t) for t in r["ngram"]],
@@ -461,10 +303,8 @@ def inspect_cache(path: str, top: int = 10, verify: bool = False) -> dict[str, A
                 "n_followers": int(r["n_followers"]),
                 "top_followers": [[int(t), int(c)] for t, c in r["followers"]],
             }
-            for r in rows[:top]
+            for r in rows
         ]
-    else:
-        info["heaviest"] = _heaviest(path, top)
     return info
 
 
@@ -509,10 +349,48 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_tokenize(args: argparse.Namespace) -> int:
+    """``lookupdec tokenize``: a text file to raw int32 ids with a model's vocabulary (llama.cpp's ids)."""
+    from lookupdec._atomic import atomic_writer
+    from lookupdec.tokenizer.stream import iter_file_ids, write_ids
+    from lookupdec.tokens import exact_tokenizer
+
+    require_file(args.text, "text file")
+    require_file(args.tokenizer, "vocabulary, --tokenizer")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    t0 = time.perf_counter()
+    tok = exact_tokenizer(args.tokenizer)
+    if tok is None:
+        raise UsageError(f"{args.tokenizer}: not a vocabulary lookupdec tokenizes exactly (give a .gguf)")
+    t_load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with progress_bar(_want_progress(args), "tokenize") as progress, atomic_writer(args.output) as f:
+        parts = iter_file_ids(
+            args.text,
+            tok,
+            add_special=args.add_special,
+            parse_special=args.parse_special,
+            workers=args.workers,
+            progress=progress,
+        )
+        n = write_ids(parts, f)
+    t_encode = time.perf_counter() - t0
+    if not args.quiet:
+        size = os.path.getsize(args.text)
+        print(
+            f"{args.output}: {n:,} tokens from {_mb(size)} of text in {t_encode:.2f} s "
+            f"({size / 1e6 / max(t_encode, 1e-9):.1f} MB/s; vocabulary {tok.n_vocab:,} ids, engine {tok.engine}, "
+            f"loaded in {t_load:.2f} s)"
+        )
+    return EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """``lookupdec demo``: the pipeline on the shipped data."""
     from lookupdec.demo import run_demo
 
+    _check_replay_options(args)
     impls = [args.impl] if args.impl else None
     if impls:
         resolve_impl(impls[0])
@@ -540,7 +418,8 @@ def _add_input_options(p: argparse.ArgumentParser) -> None:
     kind.add_argument(
         "--tokenizer",
         metavar="T",
-        help="inputs are UTF-8 text, tokenized with this Hugging Face tokenizer.json",
+        help="inputs are UTF-8 text, tokenized with this vocabulary: a llama.cpp .gguf (llama.cpp's ids) "
+        "or a Hugging Face tokenizer.json",
     )
     g.add_argument(
         "--add-bos",
@@ -672,7 +551,15 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument(
         "--load", action="store_true",
-        help="copy the static file into memory instead of memory-mapping it (fastest lookups, slower open)",
+        help="copy the static file into memory instead of memory-mapping it (fastest lookups, slower open). "
+        "Without it a lookupdec index is memory-mapped: a program that truncates or rewrites the file in "
+        "place while stats runs can make it die with SIGBUS (lookupdec itself always writes a new file and "
+        "renames it, never in place)",
+    )  # fmt: skip
+    p.add_argument(
+        "--verify", action="store_true",
+        help="fully check the static cache before replaying (for a lookupdec index: checksum and every rule; "
+        "opening it otherwise checks only the header, and each part when it is first looked up)",
     )  # fmt: skip
     _add_input_options(p)
     _add_impl_option(p)
@@ -716,6 +603,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true", help="full integrity check (strict: trailing bytes are errors)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--top", type=int, default=10, metavar="N", help="how many heaviest n-grams to list (default 10)")
+
+    p = _add_command(
+        sub,
+        "tokenize",
+        summary="tokenize a text file with a model's vocabulary, as llama.cpp does (GGUF)",
+        description="Tokenize a UTF-8 text file as one text with a model's own vocabulary and write the ids as "
+        "raw little-endian int32 (the token file format create and stats read). The ids are llama.cpp's "
+        "(llama_tokenize with add_special and parse_special on, as llama-lookup-create and -stats use): "
+        "BOS when the vocabulary asks for it, special-token text such as <|begin_of_text|> read as the "
+        "special token. VOCAB is a .gguf file (vocabulary-only or a full model; only its header is read) "
+        "or a byte-level BPE tokenizer.json of a type llama.cpp knows. Large files are streamed in bounded "
+        "memory and encoded on every core; the ids equal those of encoding the whole file at once.",
+        examples="""
+            lookupdec tokenize wiki.test.raw --tokenizer ggml-vocab-llama-bpe.gguf -o wiki.test.llama3.bin
+            lookupdec tokenize corpus.txt --tokenizer Meta-Llama-3-8B.Q4_K_M.gguf -o corpus.bin --workers 4
+            lookupdec tokenize prompt.txt --tokenizer qwen2.gguf -o p.bin --no-add-special --no-parse-special
+            """,
+        func=cmd_tokenize,
+    )
+    p.add_argument("text", metavar="TEXT_FILE", help="UTF-8 text, tokenized as one text (one BOS)")
+    p.add_argument("--tokenizer", required=True, metavar="VOCAB", help="the model's .gguf (or a tokenizer.json)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="the token file to write (raw int32)")
+    p.add_argument(
+        "--no-add-special", dest="add_special", action="store_false",
+        help="add no BOS/EOS (llama.cpp's add_special=false); by default the vocabulary's add_bos/add_eos decide",
+    )  # fmt: skip
+    p.add_argument(
+        "--no-parse-special", dest="parse_special", action="store_false",
+        help="keep control-token text such as <|begin_of_text|> as plain text (parse_special=false)",
+    )  # fmt: skip
+    p.add_argument("--workers", type=int, metavar="N", help="processes encoding in parallel (default: every CPU)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary line")
 
     p = _add_command(
         sub,

@@ -62,11 +62,11 @@ def run_demo(
     out: TextIO | None = None,
 ) -> list[DemoRow]:
     """Run the demo for ``impls`` (default: every implementation present) and print the table to ``out``."""
-    from lookupdec import cli
+    from lookupdec import _pipeline as steps
     from lookupdec.tokens import read_tokens
 
     stream = out if out is not None else sys.stdout
-    names = list(impls) if impls else cli.available_implementations()
+    names = list(impls) if impls else steps.available_implementations()
     mu = "µs" if (getattr(stream, "encoding", None) or "").lower().replace("-", "") == "utf8" else "us"
 
     def say(text: str = "") -> None:
@@ -86,16 +86,14 @@ def run_demo(
     rows: list[DemoRow] = []
     build: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="lookupdec-demo-") as tmp:
-        from lookupdec import formats
-
-        fmt = "lookupdec" if hasattr(formats, "write_static") else "llama"
-        static_path = os.path.join(tmp, "static.lkdc" if fmt == "lookupdec" else "static.bin")
-        candidates = [cli.resolve_impl(name) for name in names]
+        fmt = "lookupdec"
+        static_path = os.path.join(tmp, "static.lkdc")
+        candidates = [steps.resolve_impl(name) for name in names]
         builder = next((m for m in candidates if m.COMPILED), candidates[0])  # the compiled one counts fastest
         t0 = time.perf_counter()
-        with cli.progress_bar(progress, "create") as bar:
-            cache = cli.build_static_cache(builder, [corpus], bar)
-        cli.write_cache(cache, static_path, fmt)
+        with steps.progress_bar(progress, "create") as bar:
+            cache = steps.build_static_cache(builder, [corpus], bar)
+        steps.write_cache(cache, static_path, fmt)
         t_create = time.perf_counter() - t0
         build = {
             "format": fmt,
@@ -112,11 +110,11 @@ def run_demo(
         )
         say()
         for name in names:
-            impl = cli.resolve_impl(name)
+            impl = steps.resolve_impl(name)
             for use_static in (False, True):
                 label = f"{_impl_label(name, bool(impl.COMPILED))}, {'static' if use_static else 'no static'}"
-                with cli.progress_bar(progress, label) as bar:
-                    stats = cli.replay_stats(
+                with steps.progress_bar(progress, label) as bar:
+                    stats = steps.replay_stats(
                         impl,
                         replay_tokens,
                         static=static_path if use_static else None,

@@ -32,9 +32,46 @@ class CacheFormatError(FileFormatError):
     """An n-gram cache file (legacy, fork or lookupdec format) is malformed."""
 
 
+class OutputFileError(LookupdecError, ValueError):
+    """An output path lookupdec will not write: not a regular file, or one of the inputs."""
+
+    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
+        self.path = os.fspath(path)
+        self.reason = message
+        super().__init__(f"{self.path}: {message}")
+
+
 class TokenFileError(FileFormatError):
     """A token file is malformed (size not a multiple of 4, ids outside int32, ...)."""
 
 
 class TokenRangeError(LookupdecError, ValueError):
     """A token id given through the API does not fit in a signed 32-bit integer."""
+
+
+class RequestClosedError(LookupdecError, RuntimeError):
+    """A :class:`~lookupdec.Drafter` request was used after it ended."""
+
+
+class VocabularyError(LookupdecError, ValueError):
+    """Token ids or a static index do not belong to the vocabulary the Drafter was given."""
+
+
+class CountSaturationWarning(UserWarning):
+    """Counts above 2^31-1 were written as 2^31-1: no cache format can store more."""
+
+
+def warn_saturated(path: str | os.PathLike[str], n_saturated: int, stacklevel: int = 2) -> None:
+    """Warn once that ``n_saturated`` counts written to ``path`` were capped at 2^31-1 (if any).
+
+    The policy of both implementations, in every save: a count no format can hold is written
+    as the largest one it can, so a shared cache file can always be saved.
+    """
+    if n_saturated:
+        import warnings
+
+        warnings.warn(
+            f"{os.fspath(path)}: {n_saturated} count(s) above 2^31-1 saturated at 2147483647",
+            CountSaturationWarning,
+            stacklevel=stacklevel + 1,
+        )

@@ -1,16 +1,21 @@
-"""Token input: raw int32 token files, ``.npy`` arrays, and text through a Hugging Face tokenizer.
+"""Token input: raw int32 token files, ``.npy`` arrays, and text through a model's vocabulary.
 
 Token files are used exactly as they are (no BOS is added or removed). Text files are
-tokenized with :func:`tokenize_file`, which follows llama.cpp's convention for its lookup
-tools (``add_special = true``): a BOS token is put in front when the tokenizer's own
-configuration adds one (Llama 3 does, Qwen2.5 does not), unless told otherwise.
+tokenized as llama.cpp's lookup tools do (``add_special = true, parse_special = true``): with
+a ``.gguf`` vocabulary (or a tokenizer.json :mod:`lookupdec.tokenizer` reproduces) through
+:func:`tokenize_exact`, llama.cpp's ids exactly; with any other Hugging Face tokenizer.json
+through :func:`tokenize_file` and that library's own rules (a warning says so). A BOS token is
+put in front when the vocabulary asks for one (Llama 3 does, Qwen2.5 does not), unless told
+otherwise.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -51,6 +56,24 @@ def read_tokens(path: str | os.PathLike[str]) -> TokenArray:
         )
     data = np.fromfile(name, dtype="<i4")
     return data.astype(np.int32, copy=False)
+
+
+def check_token_ids(path: str | os.PathLike[str], ids: TokenArray, *, raw: bool = False) -> None:
+    """TokenFileError at the first negative id, naming its position (and byte offset if ``raw``).
+
+    The API accepts any int32 id; a corpus or replay given to the command line is text of
+    a vocabulary, where no id is negative (-1 is llama.cpp's "no token", and a key padding).
+    Without this a -1 made keys look like shorter n-grams, and misleading errors later.
+    """
+    if ids.size:
+        bad = np.flatnonzero(ids < 0)
+        if bad.size:
+            i = int(bad[0])
+            raise TokenFileError(
+                path,
+                f"token id {int(ids[i])} at position {i} is negative; token ids are >= 0",
+                4 * i if raw else None,
+            )
 
 
 def _read_npy(name: str) -> TokenArray:
@@ -147,12 +170,75 @@ def tokenize_file(
     return np.asarray(ids, dtype=np.int32)
 
 
+def is_gguf(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` starts with the GGUF magic (a llama.cpp vocabulary or model file)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
+def exact_tokenizer(path: str | os.PathLike[str]) -> Any:
+    """The :class:`lookupdec.tokenizer.Tokenizer` of ``path`` (llama.cpp's ids), or None for a tokenizer.json
+    that package does not reproduce (then the Hugging Face path of this module is used, with a warning).
+
+    Loaded once per path and modification time (``create`` needs it for the ids and the header).
+    """
+    name = os.fspath(path)
+    if not os.path.exists(name):
+        raise FileNotFoundError(2, "No such file or directory", name)
+    return _exact_tokenizer(os.path.abspath(name), os.stat(name).st_mtime_ns)
+
+
+@functools.cache
+def _exact_tokenizer(name: str, mtime_ns: int) -> Any:
+    from lookupdec.tokenizer import UnsupportedVocabError, load_tokenizer
+
+    try:
+        return load_tokenizer(name)
+    except UnsupportedVocabError as e:
+        if is_gguf(name):
+            raise
+        warnings.warn(
+            f"{e}; tokenizing with Hugging Face tokenizers' own rules, whose ids may differ from llama.cpp's",
+            stacklevel=3,
+        )
+        return None
+    except TokenFileError:
+        if is_gguf(name):
+            raise
+        return None  # not a tokenizer.json lookupdec.tokenizer reads: the HF path reports the error
+
+
+def tokenize_exact(path: str, tok: Any, add_bos: bool | None = None, workers: int | None = None) -> TokenArray:
+    """Tokenize the text file ``path`` with a :class:`lookupdec.tokenizer.Tokenizer`, as llama.cpp's lookup tools do.
+
+    ``add_bos=None`` is ``add_special=True`` (the vocabulary's add_bos/add_eos decide),
+    ``False`` adds nothing, ``True`` puts BOS first even when the vocabulary would not.
+    """
+    from lookupdec.tokenizer.stream import tokenize_file as stream_tokenize
+
+    if not os.path.exists(path):
+        raise FileNotFoundError(2, "No such file or directory", path)
+    ids = stream_tokenize(path, tok, add_special=add_bos is not False, workers=workers)
+    if add_bos and not tok.add_bos:
+        if tok.bos_id is None:
+            raise TokenFileError(tok.path, "the vocabulary has no BOS token; use --no-add-bos or the default")
+        ids = np.concatenate([np.array([tok.bos_id], dtype=np.int32), ids])
+    return ids
+
+
 def vocab_info(tokenizer_json: str | os.PathLike[str]) -> tuple[int, bytes]:
     """``(vocab_size, fingerprint)`` of a tokenizer, for the static index header.
 
     The fingerprint is the first 8 bytes of a BLAKE2b digest of the vocabulary: the JSON
-    list of ``[id, token]`` pairs (added tokens included) sorted by id, compact, UTF-8.
+    list of ``[id, token]`` pairs (added tokens included) sorted by id, compact, UTF-8
+    (for a GGUF file, its token list: see :meth:`lookupdec.tokenizer.vocab.Vocab.fingerprint`).
     """
+    exact = exact_tokenizer(tokenizer_json)
+    if exact is not None:
+        return int(exact.n_vocab), bytes(exact.fingerprint)
     tokenizer = _load_tokenizer(tokenizer_json)
     vocab: dict[str, int] = tokenizer.get_vocab(with_added_tokens=True)
     pairs = sorted((token_id, token) for token, token_id in vocab.items())
@@ -176,6 +262,9 @@ def load_tokens(
     if tokens and tokenizer is not None:
         raise ValueError("give either --tokens or --tokenizer, not both")
     if tokenizer is not None:
+        exact = exact_tokenizer(tokenizer)
+        if exact is not None:
+            return tokenize_exact(name, exact, add_bos=add_bos)
         return tokenize_file(name, tokenizer, add_bos=add_bos)
     if tokens or name.lower().endswith(TOKEN_SUFFIXES):
         if add_bos:

@@ -2,8 +2,8 @@
 
 Files live in ``results/cache/static/``; their contents always come from the reference's
 ``build_static`` (the implementations agree on contents), and they are written with
-``lookupdec.formats.write_static`` (the legacy ``llama`` format falls back to the reference's
-``NgramCache.save`` while ``write_static`` does not exist yet).
+``lookupdec.formats.write_static``. They are opened as the CLI opens them
+(``lookupdec._pipeline.load_static``: the reference gets non-legacy formats as contents).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
 
-from perf._common import CACHE, Corpus, ImplUnavailable
+from perf._common import CACHE, Corpus
 
 MODES: Final = ("lookupdec-mmap", "lookupdec-loaded", "llama", "fork-v2")
 """How a static cache is opened: lookupdec's index memory-mapped or copied into memory, llama.cpp's
@@ -35,32 +35,10 @@ def _formats_tag() -> str:
     import lookupdec
     import lookupdec.formats
 
-    src = Path(lookupdec.formats.__file__)
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:10] if src.suffix == ".py" else "bin"
-    return f"{lookupdec.__version__}-{digest}"
-
-
-def can_write(fmt: str) -> str | None:
-    """None when a file of ``fmt`` can be written now, else the reason it cannot."""
-    import lookupdec.formats
-
-    if hasattr(lookupdec.formats, "write_static"):
-        return None
-    if fmt == "llama":
-        return None
-    return f"lookupdec.formats.write_static does not exist yet (needed for the {fmt} format)"
-
-
-def can_open(impl: ModuleType, mode: str) -> str | None:
-    """None when ``impl`` can open a ``mode`` static file now, else the reason it cannot."""
-    why = can_write(MODE_FORMAT[mode])
-    if why:
-        return why
-    if hasattr(impl, "load_static"):
-        return None
-    if mode == "llama":
-        return None  # NgramCache.load reads the legacy format
-    return f"lookupdec.{impl.IMPLEMENTATION} has no load_static yet (needed for {mode})"
+    h = hashlib.sha256()
+    for src in sorted(Path(lookupdec.formats.__file__).parent.glob("*.py")):
+        h.update(src.name.encode() + b"\0" + src.read_bytes())
+    return f"{lookupdec.__version__}-{h.hexdigest()[:10]}"
 
 
 @functools.cache
@@ -77,21 +55,12 @@ def static_file(src: Corpus, n_tokens: int, fmt: str) -> Path:
     path = CACHE / "static" / f"{slug}-{n_tokens}-{_formats_tag()}.{fmt}"
     if path.is_file():
         return path
-    why = can_write(fmt)
-    if why:
-        raise ImplUnavailable(why)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        import lookupdec.formats
+        from lookupdec.formats import write_static
 
-        write_static = getattr(lookupdec.formats, "write_static", None)
-        if write_static is not None:
-            write_static(_contents(src, n_tokens), tmp, format=fmt)
-        else:  # llama only (see can_write)
-            from lookupdec import reference
-
-            reference.NgramCache.from_contents(_contents(src, n_tokens)).save(tmp)
+        write_static(_contents(src, n_tokens), tmp, format=fmt)
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -101,12 +70,9 @@ def static_file(src: Corpus, n_tokens: int, fmt: str) -> Path:
 
 def open_static(impl: ModuleType, path: Path, mode: str) -> Any:
     """Open a static file the way ``mode`` says, with ``impl``."""
-    load_static = getattr(impl, "load_static", None)
-    if load_static is not None:
-        return load_static(path, in_memory=(mode == "lookupdec-loaded"))
-    if mode == "llama":
-        return impl.NgramCache.load(path)
-    raise ImplUnavailable(f"lookupdec.{impl.IMPLEMENTATION} has no load_static yet")
+    from lookupdec._pipeline import load_static
+
+    return load_static(impl, str(path), in_memory=(mode == "lookupdec-loaded"))
 
 
 def close_static(obj: Any) -> None:

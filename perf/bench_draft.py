@@ -14,7 +14,7 @@ import functools
 from typing import Any
 
 from perf._common import N_CTX, N_DRAFT, Bench, Prepared, make_bench, rss_bytes, size_label
-from perf._static import can_open, open_static, static_file
+from perf._static import open_static, static_file
 
 
 def sizes(b: Bench) -> list[int]:
@@ -34,12 +34,8 @@ def prepare(b: Bench, n_static: int) -> Prepared:
     static: Any = None
     if n_static:
         rss0 = rss_bytes()
-        if hasattr(impl, "load_static") and can_open(impl, "lookupdec-mmap") is None:
-            static = open_static(impl, static_file(b.src, n_static, "lookupdec"), "lookupdec-mmap")
-            md["static_source"] = "load_static(lookupdec format, memory-mapped)"
-        else:
-            static = impl.build_static(b.src.static(n_static))
-            md["static_source"] = "build_static(tokens)"
+        static = open_static(impl, static_file(b.src, n_static, "lookupdec"), "lookupdec-mmap")
+        md["static_source"] = "load_static(lookupdec format, memory-mapped)"
         md["static_rss_bytes"] = rss_bytes() - rss0
     warm = impl.replay(tokens, N_CTX, N_DRAFT, static)
     md.update(

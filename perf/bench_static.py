@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from perf._common import Bench, Prepared, make_bench, rss_bytes, size_label, static_keys
-from perf._static import MODE_FORMAT, MODES, can_open, close_static, open_static, static_file
+from perf._static import MODE_FORMAT, MODES, close_static, open_static, static_file
 
 N_KEYS = 20_000
 
@@ -82,7 +82,7 @@ def prepare_lookup(b: Bench, mode: str, n: int) -> Prepared:
 def main() -> None:
     b = make_bench(__doc__ or "", "perf.bench_static")
     for mode in MODES:
-        why = can_open(b.impl, mode)
+        why = None
         if mode == "lookupdec-loaded" and b.impl.IMPLEMENTATION == "reference":
             why = "the reference holds every static cache in dicts: in_memory=True is the same as lookupdec-mmap"
         for n in sizes(b):

@@ -126,13 +126,11 @@ def _copy_cache(impl: ModuleType, cache: Any) -> Any:
 
 
 def _open_static(impl: ModuleType, src: Any, n: int) -> Any:
-    from perf._static import can_open, open_static, static_file
+    from perf._static import open_static, static_file
 
     if n == 0:
         return None
-    if hasattr(impl, "load_static") and can_open(impl, "lookupdec-mmap") is None:
-        return open_static(impl, static_file(src, n, "lookupdec"), "lookupdec-mmap")
-    return impl.build_static(src.static(n))
+    return open_static(impl, static_file(src, n, "lookupdec"), "lookupdec-mmap")
 
 
 def slowed(impl: ModuleType, factor: float) -> ModuleType:

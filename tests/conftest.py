@@ -13,8 +13,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import pytest
-
 DATA = Path(__file__).parent / "data"
 SHARED_DATA = Path(os.environ.get("LOOKUPDEC_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -31,16 +29,8 @@ def vectors(name: str) -> dict[str, Any]:
     return data
 
 
-def fast_or_skip() -> ModuleType:
-    """The fast implementation module; skip (or fail, when compiled code is required) if absent."""
-    try:
-        from lookupdec import fast
-    except ImportError as e:  # pragma: no cover - depends on the install
-        if require_compiled():
-            raise
-        pytest.skip(f"lookupdec.fast is not importable: {e}")
-    if not hasattr(fast, "NgramCache"):
-        if require_compiled():
-            raise AssertionError("lookupdec.fast has no NgramCache")
-        pytest.skip("lookupdec.fast is not implemented in this tree")
+def fast_impl() -> ModuleType:
+    """The fast implementation module (always importable: interpreted when not compiled)."""
+    from lookupdec import fast
+
     return fast

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import ModuleType
 
 import lookupdec.reference
-from tests.conftest import fast_or_skip
+from tests.conftest import fast_impl
 
 
 class ImplTests:
@@ -29,4 +29,4 @@ class FastImpl(ImplTests):
 
     @property
     def impl(self) -> ModuleType:
-        return fast_or_skip()
+        return fast_impl()

@@ -14,13 +14,16 @@ import numpy as np
 import pytest
 
 import lookupdec
-from lookupdec import cli, formats
+from lookupdec import _pipeline, cli, formats
 from lookupdec.reference import NgramCache, build_static, replay
 from tests.conftest import vectors
 from tests.test_tokens import make_tokenizer
 
-HAS_WRITE_STATIC = hasattr(formats, "write_static")
-needs_write_static = pytest.mark.skipif(not HAS_WRITE_STATIC, reason="formats.write_static is not there yet")
+
+def load_any(path: str | os.PathLike[str]) -> NgramCache:
+    """A cache file of any enumerable format as a reference cache (it reads only legacy files itself)."""
+    return NgramCache.from_contents(formats.read_as_contents(path))
+
 
 STATS_JSON_FIELDS = {
     "n_ctx", "n_draft", "n_predict", "n_drafted", "n_accept", "accept", "t_draft_ms", "t_load_ms",
@@ -112,14 +115,12 @@ def test_no_command(capsys: pytest.CaptureFixture[str]) -> None:
 def test_create_inspect_stats_roundtrip(
     capsys: pytest.CaptureFixture[str], files: dict[str, str], replay_vectors: dict[str, Any], fmt: str
 ) -> None:
-    if fmt != "llama" and not HAS_WRITE_STATIC:
-        pytest.skip("formats.write_static is not there yet")
     static = os.path.join(files["dir"], f"static.{fmt}")
     code, out, err = run(capsys, "create", files["corpus"], "-o", static, "--format", fmt)
     assert code == 0, err
     assert static in out and "2-grams" in out
     expected = build_static(replay_vectors["static_corpus"])
-    assert NgramCache.load(static) == expected
+    assert load_any(static) == expected
 
     code, out, err = run(capsys, "inspect", static, "--json", "--top", "3")
     assert code == 0, err
@@ -150,7 +151,7 @@ def test_create_several_corpora_counts_each_separately(capsys: pytest.CaptureFix
     assert code == 0, err
     expected = build_static([1, 2, 3, 4])
     expected.merge(build_static([5, 6, 1, 2, 3]))
-    got = NgramCache.load(out_path)
+    got = load_any(out_path)
     assert got == expected
     assert got.get([4, 5]) == {}  # no 2-gram across the two files
     assert got.get([1, 2]) == {3: 2}
@@ -164,7 +165,7 @@ def test_create_long_corpus_windows(capsys: pytest.CaptureFixture[str], tmp_path
     out_path = str(tmp_path / "s.bin")
     code, _, err = run(capsys, "create", corpus, "-o", out_path, "--format", "llama", "-q", "--impl", "reference")
     assert code == 0, err
-    assert NgramCache.load(out_path) == build_static(tokens)
+    assert load_any(out_path) == build_static(tokens)
 
 
 def test_create_from_text_with_tokenizer(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -174,12 +175,12 @@ def test_create_from_text_with_tokenizer(capsys: pytest.CaptureFixture[str], tmp
     out_path = str(tmp_path / "s.bin")
     code, _, err = run(capsys, "create", str(text), "--tokenizer", str(tok), "-o", out_path, "--format", "llama")
     assert code == 0, err
-    assert NgramCache.load(out_path) == build_static([1, 2, 3, 4, 5, 2, 6, 7, 2, 3, 4, 7])
+    assert load_any(out_path) == build_static([1, 2, 3, 4, 5, 2, 6, 7, 2, 3, 4, 7])
     code, _, err = run(
         capsys, "create", str(text), "--tokenizer", str(tok), "--no-add-bos", "-o", out_path, "--format", "llama"
     )
     assert code == 0, err
-    assert NgramCache.load(out_path) == build_static([2, 3, 4, 5, 2, 6, 7, 2, 3, 4, 7])
+    assert load_any(out_path) == build_static([2, 3, 4, 5, 2, 6, 7, 2, 3, 4, 7])
 
 
 # --- stats ---------------------------------------------------------------------------------------
@@ -197,8 +198,6 @@ def test_stats_matches_replay_vectors(
     n_draft: int,
     use_static: bool,
 ) -> None:
-    if impl == "fast" and "fast" not in cli.available_implementations():
-        pytest.skip("the fast implementation is not available")
     argv = ["stats", files["replay"], "-c", str(n_ctx), "--n-draft", str(n_draft), "--json", "--impl", impl]
     if use_static:
         static = os.path.join(files["dir"], "static.bin")
@@ -265,7 +264,7 @@ def test_stats_dynamic_cache(capsys: pytest.CaptureFixture[str], files: dict[str
     code, out, err = run(capsys, "stats", files["replay"], "-lcd", dyn_path, "-c", "256", "--json")
     assert code == 0, err
     stats = json.loads(out)
-    expected = replay(tokens, 256, 8, None, NgramCache.load(dyn_path))
+    expected = replay(tokens, 256, 8, None, load_any(dyn_path))
     assert (stats["n_drafted"], stats["n_accept"]) == (expected.n_drafted, expected.n_accept)
     assert stats["dynamic_found"] is True
     before = Path(dyn_path).read_bytes()
@@ -319,8 +318,6 @@ def test_stats_load_flag(capsys: pytest.CaptureFixture[str], files: dict[str, st
 
 @pytest.mark.parametrize("impl", ["reference", "fast"])
 def test_merge(capsys: pytest.CaptureFixture[str], tmp_path: Path, impl: str) -> None:
-    if impl not in cli.available_implementations():
-        pytest.skip(f"the {impl} implementation is not available")
     tokens = vectors("replay")["tokens"]
     a, b = NgramCache(), NgramCache()
     a.update(tokens[:1300], 1300)
@@ -336,7 +333,7 @@ def test_merge(capsys: pytest.CaptureFixture[str], tmp_path: Path, impl: str) ->
     expected = NgramCache()
     expected.merge(a)
     expected.merge(b)
-    assert NgramCache.load(out_path) == expected
+    assert load_any(out_path) == expected
     assert formats.detect_format(out_path) == "llama"
 
     code, out, err = run(capsys, "inspect", out_path)
@@ -355,7 +352,6 @@ def test_merge_dynamic_into_static_format_refused(capsys: pytest.CaptureFixture[
     assert not out_path.exists()
 
 
-@needs_write_static
 def test_merge_static_parts_into_lookupdec(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     corpus = vectors("replay")["static_corpus"]
     build_static(corpus[:5000]).save(tmp_path / "a.bin")
@@ -366,7 +362,7 @@ def test_merge_static_parts_into_lookupdec(capsys: pytest.CaptureFixture[str], t
     assert code == 0, err
     expected = build_static(corpus[:5000])
     expected.merge(build_static(corpus[5000:]))
-    assert NgramCache.load(out_path) == expected
+    assert load_any(out_path) == expected
     code, out, err = run(capsys, "inspect", out_path, "--verify")
     assert code == 0, err
     assert "verify" in out and "ok" in out
@@ -521,29 +517,68 @@ def test_error_folder_as_file(capsys: pytest.CaptureFixture[str], files: dict[st
 
 
 def test_progress_bar_draws_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
-    with cli.progress_bar(True, "replay") as progress:
+    with _pipeline.progress_bar(True, "replay") as progress:
         assert progress is not None
         progress(50, 100)
         progress(100, 100)
     _, err = capsys.readouterr()
     assert "replay" in err
-    with cli.progress_bar(False, "replay") as progress:
+    with _pipeline.progress_bar(False, "replay") as progress:
         assert progress is None
 
 
 # --- demo ----------------------------------------------------------------------------------------------
 
 
+def demo_data() -> tuple[list[int], list[int]]:
+    """The demo's corpus and replay tokens, read from the shipped files."""
+    from lookupdec import demo
+    from lookupdec.tokens import read_tokens
+
+    with demo.data_file(demo.CORPUS_FILE) as c, demo.data_file(demo.REPLAY_FILE) as r:
+        return read_tokens(c).tolist(), read_tokens(r).tolist()
+
+
+@pytest.mark.slow  # the reference replays 67,716 tokens twice (about 16 s)
 def test_demo_reference(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "demo", "--impl", "reference", "--json")
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["corpus_tokens"] == 367_182 and doc["replay_tokens"] == 67_716
+    corpus, text = demo_data()
+    assert doc["corpus_tokens"] == len(corpus) == 367_182 and doc["replay_tokens"] == len(text) == 67_716
     rows = doc["rows"]
     assert [(r["impl"], r["static"]) for r in rows] == [("reference", False), ("reference", True)]
-    # counts pinned by the reference on the shipped data (n_ctx 4096, n_draft 8)
-    assert (rows[0]["n_drafted"], rows[0]["n_accept"]) == (60_977, 9_349)
-    assert (rows[1]["n_drafted"], rows[1]["n_accept"]) == (67_095, 10_640)
+    # Expected counts from the other implementation on the same tokens (n_ctx 4096, n_draft 8).
+    from lookupdec import fast
+
+    none = fast.replay(text, 4096, 8)
+    corpus_static = fast.replay(text, 4096, 8, fast.build_static(corpus))
+    assert (rows[0]["n_drafted"], rows[0]["n_accept"]) == (none.n_drafted, none.n_accept)
+    assert (rows[1]["n_drafted"], rows[1]["n_accept"]) == (corpus_static.n_drafted, corpus_static.n_accept)
+
+
+def test_demo_fast(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from lookupdec import demo, tokens
+
+    real_read = tokens.read_tokens
+
+    def read_short(path: Any) -> Any:  # the reference computes the expected counts: keep it short
+        arr = real_read(path)
+        return arr[:6000] if str(path).endswith(demo.REPLAY_FILE) else arr[:60000]
+
+    monkeypatch.setattr(tokens, "read_tokens", read_short)
+    code, out, err = run(capsys, "demo", "--impl", "fast", "--json", "-c", "1024")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    corpus, text = demo_data()  # read through the same shortening
+    assert (len(corpus), len(text)) == (60000, 6000)
+    # Expected counts from the reference on the same tokens.
+    none = replay(text, 1024, 8)
+    corpus_static = replay(text, 1024, 8, build_static(corpus))
+    assert [(r["static"], r["n_drafted"], r["n_accept"]) for r in rows] == [
+        (False, none.n_drafted, none.n_accept),
+        (True, corpus_static.n_drafted, corpus_static.n_accept),
+    ]
 
 
 def test_demo_table(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -629,7 +664,7 @@ def test_error_impl_not_available(
         return real(name)
 
     monkeypatch.setattr(lookupdec, "implementation", no_fast)
-    assert cli.available_implementations() == ["reference"]
+    assert _pipeline.available_implementations() == ["reference"]
     code, _, err = run(capsys, "stats", files["replay"], "--impl", "fast")
     assert_clean_error(code, err, "fast implementation is not available")
 
@@ -657,8 +692,6 @@ def test_create_records_vocab(capsys: pytest.CaptureFixture[str], tmp_path: Path
 
 @pytest.mark.parametrize("impl", ["reference", "fast"])
 def test_stats_policy_hybrid(capsys: pytest.CaptureFixture[str], files: dict[str, str], impl: str) -> None:
-    if impl == "fast" and "fast" not in cli.available_implementations():
-        pytest.skip("the fast implementation is not available")
     results = {}
     for policy in ("llama", "hybrid"):
         code, out, err = run(

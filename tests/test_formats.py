@@ -132,7 +132,7 @@ def test_legacy_static_cases_through_every_format(tmp_path: Path, i: int) -> Non
         assert detect_format(p) == fmt
         if fmt != "fork-v1":
             assert canonical(read_as_contents(p)) == expected
-        fs_or_cache: Any = ForkStatic(p) if fmt.startswith("fork") else NgramCache.load(p)
+        fs_or_cache: Any = ForkStatic(p) if fmt.startswith("fork") else NgramCache.from_contents(read_as_contents(p))
         for key, followers in expected:
             assert dict(fs_or_cache.part(key)) == dict(followers)
 
@@ -163,7 +163,7 @@ def test_real_fork_v2_reads_to_its_contents(tmp_path: Path) -> None:
     path = write(tmp_path, "real.bin", data)
     assert detect_format(path) == "fork-v2"
     assert list(read_as_contents(path)) == expected
-    assert NgramCache.load(path).contents() == expected
+    assert NgramCache.from_contents(read_as_contents(path)).contents() == expected
     assert build_static(seq).contents() == expected
     fs = ForkStatic(path)
     assert (fs.format, fs.n_keys, fs.n_entries, fs.map_hash) == ("fork-v2", 4, 5, "xxh64")
@@ -302,9 +302,8 @@ def test_mapping_followers_and_index_layout(tmp_path: Path) -> None:
 
 def test_lookupdec_writer_matches_the_compiled_builder(tmp_path: Path) -> None:
     """Two writers of docs/static-index.md, written independently, agree byte for byte."""
-    index = pytest.importorskip("lookupdec.fast._index")
-    if not hasattr(index, "index_bytes_from_contents"):
-        pytest.skip("lookupdec.fast._index has no index_bytes_from_contents")
+    from lookupdec.fast import _index as index
+
     contents = canonical(sample_contents() + [((k, k + 1, -1, -1), [(k, k % 3 + 1)]) for k in range(50, 90)])
     assert written(tmp_path, "lookupdec", contents) == index.index_bytes_from_contents(contents)
 
@@ -345,10 +344,23 @@ def test_write_rejects_bad_arguments(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow  # builds 2**24 + 1 followers; test_fork_span_limit_check runs the same check small
 def test_fork_span_limits(tmp_path: Path) -> None:
     big = [((1, 2, -1, -1), [(t, 1) for t in range((1 << 24) + 1)])]
     with pytest.raises(ValueError, match="followers"):
         write_static(big, tmp_path / "big", "fork-v2")
+
+
+def test_fork_span_limit_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lookupdec.formats import fork
+
+    # spec 11: a span is offset << 24 | length, so a 2-gram holds at most 2**24 - 1 followers.
+    assert fork._SPAN_BITS == 24 and fork._SPAN_MAX_LENGTH == (1 << 24) - 1
+    # The writer's check itself, with the limit lowered so the input stays small.
+    monkeypatch.setattr(fork, "_SPAN_MAX_LENGTH", 15)
+    with pytest.raises(ValueError, match="followers"):
+        write_static([((1, 2, -1, -1), [(t, 1) for t in range(16)])], tmp_path / "big", "fork-v2")
+    write_static([((1, 2, -1, -1), [(t, 1) for t in range(15)])], tmp_path / "ok", "fork-v2")
 
 
 # --- malformed files ------------------------------------------------------------------------
@@ -610,7 +622,7 @@ def test_fork_v2_key_table_checked(tmp_path: Path) -> None:
     rows: list[tuple[int, str, int | bytes, str]] = [
         (table + 8, "<Q", (n_entries << 24) | 1, "outside"),  # span past the end
         (table + 8, "<Q", (0 << 24) | 0, "empty"),  # zero-length span
-        (table + 8, "<Q", (1 << 24) | 2, "constmap"),  # inside, but not what the map says
+        (table + 8, "<Q", (1 << 24) | 2, "constmap|overlap"),  # inside, not what the map says (and overlapping)
         (table + 16, "<ii", 0, "twice"),  # the second key = the first
         (table, "<i", 4242, "constmap"),  # a key the map does not hold
     ]
@@ -673,7 +685,7 @@ def test_fork_v1_cannot_be_enumerated(tmp_path: Path) -> None:
     write_static(sample_contents(), path, "fork-v1")
     with pytest.raises(CacheFormatError, match="no key table"):
         read_as_contents(path)
-    with pytest.raises(CacheFormatError, match="no key table"):
+    with pytest.raises(CacheFormatError, match=r"reads only llama\.cpp's legacy format"):
         NgramCache.load(path)
     info = inspect_file(path)
     assert info["top"] is None

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lookupdec.reference as ref
-from tests.conftest import fast_or_skip
+from tests.conftest import fast_impl
 from tests.impls import FastImpl, ImplTests, ReferenceImpl
 
 DATA = Path(__file__).resolve().parent.parent / "lookupdec" / "data"
@@ -175,7 +175,7 @@ class TestHybridFast(FastImpl, HybridTests):
 
 def lockstep(tokens: list[int], n_draft: int, chunk: int, max_tokens: int, static: list[int] | None) -> int:
     """Drive both states through the same requests with caches; assert identical proposals."""
-    fast = fast_or_skip()
+    fast = fast_impl()
     states = [
         (impl, impl.HybridState(impl.SuffixHistory(max_tokens)), impl.NgramCache(), impl.NgramCache())
         for impl in (fast, ref)
@@ -227,7 +227,7 @@ def test_lockstep_random(tokens: list[int], n_draft: int, chunk: int, max_tokens
 
 
 def test_replay_counts_identical_on_demo_data() -> None:
-    fast = fast_or_skip()
+    fast = fast_impl()
     tokens = demo("wiki.test.demo.llama3.bin", 9000)
     corpus = demo("enwiki_wt.demo.llama3.bin", 60000)
     results = [

@@ -7,6 +7,7 @@ the oracle: this never compares an implementation with itself.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import lookupdec.reference as ref
-from tests.conftest import fast_or_skip
+from lookupdec.errors import CacheFormatError
+from tests.conftest import fast_impl
 
 # Few distinct ids make repeated n-grams (and so drafts) common; a few extremes test int32 edges.
 token_ids = st.one_of(st.integers(0, 5), st.sampled_from([-(2**31), -2, 2**31 - 1, 1000]))
@@ -27,7 +29,7 @@ STATIC_FORMATS = ("llama", "lookupdec", "fork-v2")
 class Lockstep(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.fast = fast_or_skip()
+        self.fast = fast_impl()
         self.dir = Path(tempfile.mkdtemp(prefix="lookupdec-lockstep-"))
         self.tokens: list[int] = []
         self.ctx = (ref.NgramCache(), self.fast.NgramCache())
@@ -82,7 +84,15 @@ class Lockstep(RuleBasedStateMachine):
             contents = [(k, [(t, min(c * 21474837 + t % 7, 2**31 - 1)) for t, c in f]) for k, f in contents]
         path = self.path()
         write_static(contents, path, fmt)
-        self.static = (ref.load_static(path), self.fast.load_static(path, in_memory=in_memory))
+        from lookupdec._pipeline import load_static
+
+        if fmt == "llama" and not contents:  # a 0-byte file: refused as a static cache by both
+            with pytest.raises(CacheFormatError, match="empty file"):
+                load_static(ref, str(path))
+            with pytest.raises(CacheFormatError, match="empty file"):
+                self.fast.load_static(path)
+            return
+        self.static = (load_static(ref, str(path)), self.fast.load_static(path, in_memory=in_memory))
 
     @rule(n_ctx=st.integers(2, 40), n_draft=st.integers(1, 9))
     def replay(self, n_ctx: int, n_draft: int) -> None:
@@ -95,6 +105,14 @@ class Lockstep(RuleBasedStateMachine):
         ]
         assert results[0] == results[1]
 
+    def teardown(self) -> None:
+        """Remove this run's files (hypothesis runs the machine dozens of times per test)."""
+        for source in self.static:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
     @invariant()
     def caches_agree(self) -> None:
         for a, b in (self.ctx, self.dyn):
@@ -102,13 +120,14 @@ class Lockstep(RuleBasedStateMachine):
             assert (len(a), a.n_entries, a.total_count) == (len(b), b.n_entries, b.total_count)
 
 
-def test_lockstep() -> None:
-    fast_or_skip()
+def test_lockstep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp puts the machines' folders
     Lockstep.TestCase.settings = settings(
         max_examples=60, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
     )
     runner = Lockstep.TestCase("runTest")
     runner.runTest()
+    assert not list(tmp_path.glob("lookupdec-lockstep-*")), "the state machine left its temporary folders"
 
 
 if __name__ == "__main__":  # pragma: no cover

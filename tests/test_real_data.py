@@ -46,6 +46,7 @@ class RealDataTests(ImplTests):
             assert 0 <= result.n_steps - (70 * 4095 - result.n_accept) <= 70
 
 
+@pytest.mark.slow  # the reference's full replays take minutes; the fast path's run by default
 class TestRealDataReference(ReferenceImpl, RealDataTests):
     pass
 
@@ -58,9 +59,9 @@ class TestRealDataFast(FastImpl, RealDataTests):
 def test_wikitext_hybrid_fast_equals_reference() -> None:
     """The full WikiText replay with the hybrid policy: the fast path's counts are the reference model's."""
     import lookupdec.reference as ref
-    from tests.conftest import fast_or_skip
+    from tests.conftest import fast_impl
 
-    fast = fast_or_skip()
+    fast = fast_impl()
     corpus = tokens(CORPUS)
     results = [
         impl.replay(tokens(REPLAY), 4096, 8, impl.build_static(corpus), None, None, "hybrid") for impl in (fast, ref)

@@ -19,10 +19,10 @@ from lookupdec.fast._core import (
     NgramCache,
     build_static,
     draft,
-    replay,
 )
-from lookupdec.fast._hybrid import HybridState, SuffixHistory
+from lookupdec.fast._hybrid import HybridState, SuffixHistory, replay
 from lookupdec.fast._index import StaticIndex, load_static
+from lookupdec.fast.drafter import Drafter
 from lookupdec.result import ReplayResult
 
 IMPLEMENTATION = "fast"
@@ -44,6 +44,7 @@ __all__ = [
     "NGRAM_STATIC",
     "POLICIES",
     "TOKEN_NULL",
+    "Drafter",
     "HybridState",
     "NgramCache",
     "ReplayResult",

@@ -33,8 +33,7 @@ from librt.strings import BytesWriter, read_i32_le, write_i32_le
 from librt.vecs import append, vec
 from mypy_extensions import i32, i64
 
-from lookupdec.errors import CacheFormatError, TokenRangeError
-from lookupdec.result import ReplayResult
+from lookupdec.errors import CacheFormatError, TokenRangeError, warn_saturated
 
 NGRAM_MIN: Final = 1
 """Smallest n-gram size drafting uses."""
@@ -592,16 +591,25 @@ class NgramCache(StaticSource):
         self._reset()
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the cache in llama.cpp's legacy format (atomically: temp file, then rename)."""
+        """Write the cache in llama.cpp's legacy format (atomically); counts past 2^31-1 saturate.
+
+        This overwrites ``path`` with this cache alone, as llama.cpp's ``save`` does: when
+        several processes share one dynamic cache file, the last save wins and the others'
+        new counts are lost. Use ``Drafter.save()``, which merges this process's new counts
+        into the file under an exclusive lock, for a shared file.
+        """
         from lookupdec._atomic import atomic_writer
 
-        data = self._encode_legacy()
+        data, n_saturated = self._encode_legacy()
         with atomic_writer(path) as f:
             f.write(data)
+        # Compiled, this method has no Python frame: the caller is one level up, not two.
+        warn_saturated(path, n_saturated, stacklevel=1)
 
-    def _encode_legacy(self) -> bytes:
-        """The legacy-format bytes of the cache, keys and followers ascending (as the reference)."""
+    def _encode_legacy(self) -> tuple[bytes, int]:
+        """The legacy-format bytes (keys and followers ascending, as the reference) and the saturated count."""
         w = BytesWriter()
+        n_saturated = 0
         for kid in self._sorted_kids():
             w0 = self._k0[kid]
             w1 = self._k1[kid]
@@ -612,20 +620,23 @@ class NgramCache(StaticSource):
             fol = self._sorted_followers(kid)
             write_i32_le(w, i32(len(fol)))
             for tok, cnt in fol:
+                c = i64(cnt)  # an i64 local: reassigning the boxed loop variable miscompiled (gave -1)
+                if c > INT32_MAX:  # merged counts can pass what the format holds: saturate
+                    c = INT32_MAX
+                    n_saturated += 1
                 write_i32_le(w, i32(tok))
-                write_i32_le(w, i32(cnt))
-        return w.getvalue()
+                write_i32_le(w, i32(c))
+        return w.getvalue(), n_saturated
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, strict: bool = False) -> NgramCache:
         """Read a cache file in any supported format (detected by its first bytes)."""
         from lookupdec.formats import detect_format, read_as_contents
+        from lookupdec.formats.detect import read_all
 
         fmt = detect_format(path)
         if fmt == "llama":
-            with open(path, "rb") as f:
-                data = f.read()
-            return parse_legacy(data, path, strict)
+            return parse_legacy(read_all(path), path, strict)
         return NgramCache.from_contents(read_as_contents(path))
 
     # --- reading ---------------------------------------------------------------------
@@ -981,6 +992,33 @@ def replay_core(
 # --- the public functions -----------------------------------------------------------------
 
 
+def require_cache(cache: object, what: str) -> NgramCache:
+    """``cache`` itself when it is a fast :class:`NgramCache`; TypeError naming ``what`` otherwise.
+
+    No silent fallback to slower code: a cache of another type (e.g. the reference's) is
+    converted once by the caller, ``NgramCache.from_contents(cache.contents())``.
+    """
+    if isinstance(cache, NgramCache):
+        return cache
+    hint = ""
+    if hasattr(cache, "contents"):
+        hint = "; convert it once with lookupdec.fast.NgramCache.from_contents(cache.contents())"
+    raise TypeError(
+        f"{what} must be a lookupdec.fast.NgramCache, not {type(cache).__module__}.{type(cache).__name__}{hint}"
+    )
+
+
+def require_static_source(nc_static: object) -> StaticSource:
+    """``nc_static`` as a :class:`StaticSource` (see :func:`as_static_source`); TypeError if it has no ``part``."""
+    st = as_static_source(nc_static)
+    if st is None:
+        raise TypeError(
+            "nc_static must be None, a lookupdec.fast NgramCache or StaticIndex, or an object with "
+            f"part(key), not {type(nc_static).__module__}.{type(nc_static).__name__}"
+        )
+    return st
+
+
 def build_static(tokens: Sequence[int]) -> NgramCache:
     """The static cache of a corpus: all its 2-grams (llama-lookup-create, spec 8.1)."""
     cache = NgramCache()
@@ -1003,92 +1041,24 @@ def draft(
     ``draft`` must hold exactly one token, the last sampled one, which the caller has
     also appended to ``inp``; it is never read. Drafting stops at the first position
     where neither the context, the dynamic nor the static cache proposes a token.
-    The caches are fast :class:`NgramCache` objects; the static one may also be a
-    ``StaticIndex``, None (none), or any object with the reference's ``part(key)``.
-    Other context/dynamic types, or ids outside int32 in ``inp``, take the reference's
-    code path (same results, reference speed).
+    The context and dynamic caches are fast :class:`NgramCache` objects (anything else
+    raises TypeError: convert a reference cache once with
+    ``NgramCache.from_contents(cache.contents())``); the static one may also be a
+    ``StaticIndex``, None (none), or any object with the reference's ``part(key)``. The
+    last 4 ids of ``inp`` must fit in int32 (:class:`TokenRangeError` otherwise), like
+    every token the fast path stores.
     """
     if len(draft) != 1:
         raise ValueError(f"draft must hold exactly the last sampled token, got {len(draft)} tokens")
     check_ngram_range(ngram_min, ngram_max)
     if len(inp) < 2:
         return
-    st = as_static_source(nc_static)
-    if (
-        isinstance(nc_context, NgramCache)
-        and isinstance(nc_dynamic, NgramCache)
-        and st is not None
-        and fits_tokens(inp[-NGRAM_MAX:])
-    ):
-        draft_list(inp, draft, n_draft, ngram_min, ngram_max, nc_context, nc_dynamic, st)
-        return
-    from lookupdec.reference.draft import draft as reference_draft
-
-    reference_draft(inp, draft, n_draft, ngram_min, ngram_max, nc_context, nc_dynamic, nc_static)  # type: ignore[arg-type]
-
-
-def replay(
-    tokens: Sequence[int],
-    n_ctx: int = 4096,
-    n_draft: int = 8,
-    nc_static: object = None,
-    nc_dynamic: NgramCache | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    policy: str = "llama",
-    history: object = None,
-) -> ReplayResult:
-    """Replay ``tokens`` as llama-lookup-stats does and return the counts and timings.
-
-    ``policy`` is ``"llama"`` (llama.cpp's rule, exact) or ``"hybrid"`` (llama.cpp's drafts,
-    then a suffix match over the chunks replayed so far: ``lookupdec.fast._hybrid``);
-    ``history`` is the hybrid policy's ``SuffixHistory`` (a fresh one if None; kept and
-    grown when given, like ``nc_dynamic``).
-
-    The tokens are cut into chunks of ``n_ctx`` while ``i_start + n_ctx < len(tokens)``
-    (so a last chunk that ends exactly at the end is dropped too, as in llama.cpp).
-    Each chunk starts with an empty context cache; after a chunk the context cache is
-    merged into the dynamic one, which therefore grows through the run. ``nc_dynamic``
-    is modified in place when given. ``nc_static`` is a fast NgramCache, a StaticIndex,
-    None, or any object with the reference's ``part(key)`` (looked up through Python calls).
-    """
-    if n_ctx < 1:
-        raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
-    if n_draft < 0:
-        raise ValueError(f"n_draft must be >= 0, got {n_draft}")
-    check_policy(policy)
-    st = as_static_source(nc_static)
-    dyn = nc_dynamic if nc_dynamic is not None else NgramCache()
-    if st is None or not isinstance(dyn, NgramCache):
-        from lookupdec.reference.replay import replay as reference_replay
-
-        return reference_replay(tokens, n_ctx, n_draft, nc_static, dyn, progress, policy, history)  # type: ignore[arg-type]
-    total = len(tokens)
-    n_chunks = max(0, (total - 1) // n_ctx) if total > n_ctx else 0
-    # Only the chunks' tokens are ever read (and range-checked, as the reference's updates do).
-    used = n_chunks * n_ctx if n_ctx >= 2 else 0
-    toks = to_vec(tokens[:used] if used < total else tokens)
-    if policy == "hybrid":
-        # Imported here: _hybrid builds on this module (a top-level import would be circular).
-        from lookupdec.fast._hybrid import HybridState, SuffixHistory, replay_hybrid_core
-
-        if history is None:
-            history = SuffixHistory()
-        if not isinstance(history, SuffixHistory):
-            raise TypeError(f"history must be a fast SuffixHistory, not {type(history).__name__}")
-        state = HybridState(history)
-        n_drafted, n_accept, n_steps, t_draft = replay_hybrid_core(
-            toks, n_ctx, n_draft, st, dyn, state, progress, total
+    ctx = require_cache(nc_context, "nc_context")
+    dyn = require_cache(nc_dynamic, "nc_dynamic")
+    st = require_static_source(nc_static)
+    if not fits_tokens(inp[-NGRAM_MAX:]):
+        raise TokenRangeError(
+            f"the last {NGRAM_MAX} ids of inp ({list(inp[-NGRAM_MAX:])}) must be integers in the int32 range "
+            "of a llama.cpp token id"
         )
-    else:
-        n_drafted, n_accept, n_steps, t_draft = replay_core(toks, n_ctx, n_draft, st, dyn, progress, total)
-    return ReplayResult(
-        n_ctx=n_ctx,
-        n_draft=n_draft,
-        n_tokens=total,
-        n_predict=total - total % n_ctx,
-        n_drafted=int(n_drafted),
-        n_accept=int(n_accept),
-        t_draft_s=t_draft,
-        n_steps=int(n_steps),
-        policy=policy,
-    )
+    draft_list(inp, draft, n_draft, ngram_min, ngram_max, ctx, dyn, st)

@@ -38,12 +38,17 @@ from lookupdec.fast._core import (
     StaticSource,
     as_static_source,
     check_ngram_range,
+    check_policy,
     draft_core,
     filled_i32,
     key_hash,
     pack,
+    replay_core,
+    require_cache,
+    require_static_source,
     to_vec,
 )
+from lookupdec.result import ReplayResult
 
 SEP: Final[i32] = -1
 """Separator written before every request in the history stream (never matched)."""
@@ -665,3 +670,67 @@ def replay_hybrid_core(
         if progress is not None:
             progress(int(min(i_start, total)), int(total))
     return n_drafted, n_accept, n_steps, t_draft
+
+
+# --- the public replay (here, not in _core: it runs both policies, and _hybrid builds on _core) ---
+
+
+def replay(
+    tokens: Sequence[int],
+    n_ctx: int = 4096,
+    n_draft: int = 8,
+    nc_static: object = None,
+    nc_dynamic: NgramCache | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    policy: str = "llama",
+    history: object = None,
+) -> ReplayResult:
+    """Replay ``tokens`` as llama-lookup-stats does and return the counts and timings.
+
+    ``policy`` is ``"llama"`` (llama.cpp's rule, exact) or ``"hybrid"`` (llama.cpp's drafts,
+    then a suffix match over the chunks replayed so far: ``lookupdec.fast._hybrid``);
+    ``history`` is the hybrid policy's ``SuffixHistory`` (a fresh one if None; kept and
+    grown when given, like ``nc_dynamic``).
+
+    The tokens are cut into chunks of ``n_ctx`` while ``i_start + n_ctx < len(tokens)``
+    (so a last chunk that ends exactly at the end is dropped too, as in llama.cpp).
+    Each chunk starts with an empty context cache; after a chunk the context cache is
+    merged into the dynamic one, which therefore grows through the run. ``nc_dynamic``
+    is modified in place when given and must be a fast NgramCache (TypeError otherwise).
+    ``nc_static`` is a fast NgramCache, a StaticIndex, None, or any object with the
+    reference's ``part(key)`` (looked up through Python calls).
+    """
+    if n_ctx < 1:
+        raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
+    if n_draft < 0:
+        raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+    check_policy(policy)
+    st = require_static_source(nc_static)
+    dyn = require_cache(nc_dynamic, "nc_dynamic") if nc_dynamic is not None else NgramCache()
+    total = len(tokens)
+    n_chunks = max(0, (total - 1) // n_ctx) if total > n_ctx else 0
+    # Only the chunks' tokens are ever read (and range-checked, as the reference's updates do).
+    used = n_chunks * n_ctx if n_ctx >= 2 else 0
+    toks = to_vec(tokens[:used] if used < total else tokens)
+    if policy == "hybrid":
+        if history is None:
+            history = SuffixHistory()
+        if not isinstance(history, SuffixHistory):
+            raise TypeError(f"history must be a fast SuffixHistory, not {type(history).__name__}")
+        state = HybridState(history)
+        n_drafted, n_accept, n_steps, t_draft = replay_hybrid_core(
+            toks, n_ctx, n_draft, st, dyn, state, progress, total
+        )
+    else:
+        n_drafted, n_accept, n_steps, t_draft = replay_core(toks, n_ctx, n_draft, st, dyn, progress, total)
+    return ReplayResult(
+        n_ctx=n_ctx,
+        n_draft=n_draft,
+        n_tokens=total,
+        n_predict=total - total % n_ctx,
+        n_drafted=int(n_drafted),
+        n_accept=int(n_accept),
+        t_draft_s=t_draft,
+        n_steps=int(n_steps),
+        policy=policy,
+    )

@@ -54,8 +54,6 @@ MUL_LO: Final[i64] = 0x7F4A7C15
 # (so its memory stays bounded whatever the file size; a part that does not fit is re-sliced).
 MEMO_BITS: Final[i64] = 16
 MEMO_BUDGET: Final[i64] = 32 << 20
-# Sizes above these cannot be real (and keep every offset computation far from i64 overflow).
-MAX_ITEMS: Final = 1 << 40
 
 
 def mul32(a: i64, b: i64) -> tuple[i64, i64]:
@@ -86,6 +84,14 @@ def static_slot(a: i32, b: i32, bits: i64) -> i64:
     if bits <= 32:
         return rhi >> (32 - bits)
     return (rhi << (bits - 32)) | (l1 >> (64 - bits))
+
+
+def filled_i64(n: i64, value: i64) -> vec[i64]:
+    """A vec of ``n`` copies of ``value``."""
+    v = vec[i64](capacity=n)
+    for _ in range(n):
+        v = append(v, value)
+    return v
 
 
 def align8(x: i64) -> i64:
@@ -261,9 +267,9 @@ class StaticIndex(StaticSource):
     n_keys: i64
     n_entries: i64
     n_slots: i64
-    vocab_size: i64
+    vocab_size: int
     vocab_fingerprint: bytes
-    total_count: i64
+    total_count: int
     _file_size: i64
     _checksum: bytes
     _bits: i64
@@ -288,6 +294,7 @@ class StaticIndex(StaticSource):
     _memo_bt: list[bytes]
     _memo_bc: list[bytes]
     _memo_bytes: i64
+    _checked: vec[i64]
 
     def __init__(self, path: str, header: bytes, real_size: int, buf: bytes, mm: mmap.mmap | None) -> None:
         """Use :meth:`open`, :meth:`from_cache` or :meth:`from_contents` instead."""
@@ -312,52 +319,41 @@ class StaticIndex(StaticSource):
         self._parse_header(header, real_size)
 
     def _parse_header(self, header: bytes, real_size: int) -> None:
+        # The same constant-time checks as the reference's reader: one function for both
+        # (stdlib only, so importing it costs nothing), so that they open the same files.
+        from lookupdec.formats.index_header import index_header
+
         path = self.path
-        if len(header) < HEADER_SIZE:
-            raise CacheFormatError(path, f"file of {real_size} bytes is too short for the {HEADER_SIZE}-byte header")
-        fields = HEADER.unpack_from(header, 0)
-        magic, version, header_size, ngram_size = fields[0], fields[1], fields[2], fields[3]
-        if magic != MAGIC:
-            raise CacheFormatError(path, f"not a lookupdec static index (magic {magic!r})", 0)
-        if version != VERSION:
-            raise CacheFormatError(path, f"unsupported static index version {version}", 8)
-        if header_size != HEADER_SIZE:
-            raise CacheFormatError(path, f"header_size is {header_size}, must be {HEADER_SIZE}", 12)
-        if ngram_size != 2:
-            raise CacheFormatError(path, f"ngram_size is {ngram_size}, must be 2", 16)
-        n_keys, n_entries, n_slots = int(fields[5]), int(fields[6]), int(fields[7])
-        if n_keys > MAX_ITEMS or n_entries > MAX_ITEMS or n_slots > MAX_ITEMS:
-            raise CacheFormatError(
-                path, f"implausible sizes n_keys={n_keys} n_entries={n_entries} n_slots={n_slots}", 24
-            )
-        if n_slots < max(2, 2 * n_keys) or n_slots & (n_slots - 1):
-            raise CacheFormatError(path, f"n_slots = {n_slots} is not a power of two >= max(2, 2 * n_keys)", 40)
+        h = index_header(path, header, real_size)
+        n_keys: i64 = h.n_keys
+        n_entries: i64 = h.n_entries
+        n_slots: i64 = h.n_slots
         self.n_keys = n_keys
         self.n_entries = n_entries
         self.n_slots = n_slots
-        self._bits = n_slots.bit_length() - 1
-        self.vocab_size = int(fields[8])
-        self.vocab_fingerprint = bytes(fields[9])
-        self.total_count = int(fields[10])
-        self._file_size = int(fields[11])
-        self._checksum = bytes(fields[12])
-        self._o_slots = HEADER_SIZE
-        self._o_keys = align8(self._o_slots + 4 * n_slots)
-        self._o_starts = self._o_keys + 8 * n_keys
-        self._o_picks = self._o_starts + 8 * (n_keys + 1)
-        self._o_tokens = align8(self._o_picks + 4 * n_keys)
-        self._o_counts = align8(self._o_tokens + 4 * n_entries)
-        end = self._o_counts + 4 * n_entries
-        if self._file_size != end:
-            raise CacheFormatError(path, f"header says file_size = {self._file_size}, the counts imply {end}", 72)
-        if real_size != end:
-            raise CacheFormatError(path, f"file is {real_size} bytes, its header says {end}")
+        self._bits = h.n_slots.bit_length() - 1
+        # u64 header fields that nothing bounds: Python ints (an i64 attribute would
+        # overflow on a value >= 2**63, which the format allows and verify() accepts).
+        self.vocab_size = h.vocab_size
+        self.vocab_fingerprint = bytes(h.vocab_fingerprint)
+        self.total_count = h.total_count
+        self._file_size = h.file_size
+        self._checksum = bytes(h.checksum)
+        self._o_slots = h.slots_offset
+        self._o_keys = h.keys_offset
+        self._o_starts = h.starts_offset
+        self._o_picks = h.picks_offset
+        self._o_tokens = h.tokens_offset
+        self._o_counts = h.counts_offset
+        self._checked = vec[i64]()
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, in_memory: bool = False) -> StaticIndex:
         """Open a static index file: memory-mapped (default) or read into memory (``in_memory``)."""
+        from lookupdec.formats.detect import open_regular
+
         p = os.fspath(path)
-        with open(p, "rb") as f:
+        with open_regular(p) as f:
             size = os.fstat(f.fileno()).st_size
             header = f.read(HEADER_SIZE)
             if in_memory:
@@ -440,7 +436,7 @@ class StaticIndex(StaticSource):
             if (read_i64_le(buf, koff) if mem else self._rd64(koff)) == k:
                 return o
             h = (h + 1) & mask
-        return -1
+        raise self._corrupt("slot table has no empty slot", o_slots)
 
     def _span(self, o: i64) -> tuple[i64, i64]:
         """(start, end) entry indices of key ordinal ``o``, checked."""
@@ -452,9 +448,60 @@ class StaticIndex(StaticSource):
             both = self._slice(off, 16)
             s = read_i64_le(both, 0)
             e = read_i64_le(both, 8)
-        if s < 0 or s > e or e > self.n_entries:
-            raise self._corrupt(f"key {o} has entries {s}..{e}, outside 0..{self.n_entries}", off)
+        if s < 0 or s >= e or e > self.n_entries:
+            raise self._corrupt(f"key {o} has followers {s}..{e - 1}, outside 0..{self.n_entries - 1}", off)
+        if not self._is_checked(o):
+            self._check_part(o, s, e)
         return s, e
+
+    def _is_checked(self, o: i64) -> bool:
+        """Whether the part of key ordinal ``o`` passed :meth:`_check_part` already (a bit per key)."""
+        if len(self._checked) == 0:
+            # Allocated on the first lookup, not on open (which stays O(1)): n_keys / 8 bytes.
+            self._checked = filled_i64((self.n_keys + 63) >> 6, 0)
+        return (self._checked[o >> 6] >> (o & 63)) & 1 != 0
+
+    def _check_part(self, o: i64, s: i64, e: i64) -> None:
+        """The per-lookup checks of ``lookupdec.formats.index_header.check_part``, compiled.
+
+        Run once per key (then remembered): followers strictly ascending, counts >= 1, the
+        stored pick equal to spec 3.2 of the part. Costs one pass over a part the first time
+        it is looked up, so a corrupt part is an error, the same one the reference raises.
+        One tight loop over bytes (no vec, no per-entry slice): it runs over every part a
+        replay touches.
+        """
+        if self.in_memory:
+            bt = self._buf
+            bc = self._buf
+            ot = self._o_tokens + 4 * s
+            oc = self._o_counts + 4 * s
+        else:
+            bt = self._slice(self._o_tokens + 4 * s, 4 * (e - s))
+            bc = self._slice(self._o_counts + 4 * s, 4 * (e - s))
+            ot = 0
+            oc = 0
+        where = self._o_tokens + 4 * s
+        best = NULL32
+        mx: i64 = 0
+        total: i64 = 0
+        prev = NULL32
+        for j in range(e - s):
+            t = read_i32_le(bt, ot + 4 * j)
+            c = i64(read_i32_le(bc, oc + 4 * j))
+            if c < 1:
+                raise self._corrupt(f"key {o}: follower {t} has count {c}, must be >= 1", where)
+            if j > 0 and t <= prev:
+                raise self._corrupt(f"key {o}: followers not strictly ascending", where)
+            prev = t
+            if c > mx:  # tokens ascend, so the first maximum is the smallest id (spec 3.2's tie rule)
+                best = t
+                mx = c
+            total += c
+        want = best if total >= 2 and 100 * mx >= 50 * total else NULL32
+        pick = self._rd32(self._o_picks + 4 * o)
+        if pick != want:
+            raise self._corrupt(f"key {o}: stored pick {pick}, spec 3.2 gives {want}", where)
+        self._checked[o >> 6] = self._checked[o >> 6] | (i64(1) << (o & 63))
 
     # --- the static-source interface -------------------------------------------------
 
@@ -596,7 +643,10 @@ class StaticIndex(StaticSource):
         if not (INT32_MIN <= a <= INT32_MAX and INT32_MIN <= b <= INT32_MAX):
             return -1
         o = self._find(i32(a), i32(b))
-        return int(self._rd32(self._o_picks + 4 * o)) if o >= 0 else -1
+        if o < 0:
+            return -1
+        self._span(o)  # the per-lookup checks, as for a draft
+        return int(self._rd32(self._o_picks + 4 * o))
 
     def keys(self) -> Iterator[Key]:
         """Every key, ascending."""
@@ -641,11 +691,16 @@ class StaticIndex(StaticSource):
         return f"<fast.StaticIndex {self.path!r} {mode} keys={self.n_keys} entries={self.n_entries}>"
 
     def verify(self) -> None:
-        """Check the checksum and every structural rule of docs/static-index.md; CacheFormatError if broken."""
+        """The full check of docs/static-index.md (checksum, every rule); CacheFormatError if broken.
+
+        The one verifier of the format, ``lookupdec.formats.index.verify_index`` (numpy), so
+        that both implementations and ``lookupdec inspect --verify`` accept the same files.
+        """
+        from lookupdec.formats.index import verify_index
+        from lookupdec.formats.index_header import index_header
+
         data = self.to_bytes()
-        if hashlib.blake2b(data[HEADER_SIZE:], digest_size=8).digest() != self._checksum:
-            raise CacheFormatError(self.path, "checksum mismatch: the file is corrupt", 80)
-        verify_structure(self, data)
+        verify_index(self.path, data, index_header(self.path, data, len(data)))
 
     def close(self) -> None:
         """Release the memory map (in-memory indexes just drop their buffer)."""
@@ -671,66 +726,8 @@ class StaticIndex(StaticSource):
         self.close()
 
 
-def verify_structure(ix: StaticIndex, data: bytes) -> None:
-    """Every structural rule of the format, reading ``data`` (the whole file)."""
-    path = ix.path
-    n_keys = ix.n_keys
-    n_entries = ix.n_entries
-    # starts: from 0 to n_entries, non-decreasing
-    prev: i64 = -1
-    for o in range(n_keys + 1):
-        s = read_i64_le(data, ix._o_starts + 8 * o)
-        if (o == 0 and s != 0) or s < prev or s > n_entries or (o == n_keys and s != n_entries):
-            raise CacheFormatError(
-                path,
-                f"starts[{o}] = {s} breaks 0 = starts[0] <= ... <= starts[n_keys] = {n_entries}",
-                int(ix._o_starts + 8 * o),
-            )
-        prev = s
-    prev_key: i64 = 0
-    for o in range(n_keys):
-        w = read_i64_le(data, ix._o_keys + 8 * o) ^ 0x80000000
-        if o > 0 and w <= prev_key:
-            raise CacheFormatError(path, f"key {o} is not strictly greater than key {o - 1}", int(ix._o_keys + 8 * o))
-        prev_key = w
-        s = read_i64_le(data, ix._o_starts + 8 * o)
-        e = read_i64_le(data, ix._o_starts + 8 * o + 8)
-        toks = vec[i32]()
-        cnts = vec[i64]()
-        for j in range(s, e):
-            t = read_i32_le(data, ix._o_tokens + 4 * j)
-            c = read_i32_le(data, ix._o_counts + 4 * j)
-            if j > s and t <= toks[len(toks) - 1]:
-                raise CacheFormatError(
-                    path, f"followers of key {o} are not strictly ascending", int(ix._o_tokens + 4 * j)
-                )
-            if c < 1:
-                raise CacheFormatError(
-                    path, f"follower {t} of key {o} has count {c}, must be >= 1", int(ix._o_counts + 4 * j)
-                )
-            toks = append(toks, t)
-            cnts = append(cnts, i64(c))
-        pick = read_i32_le(data, ix._o_picks + 4 * o)
-        if pick != static_pick(toks, cnts):
-            raise CacheFormatError(
-                path, f"picks[{o}] = {pick}, spec 3.2 gives {static_pick(toks, cnts)}", int(ix._o_picks + 4 * o)
-            )
-        key = ix._key_of(o)
-        if ix._find(i32(key[0]), i32(key[1])) != o:
-            raise CacheFormatError(path, f"key {o} {key[:2]} is not found by its own probe", int(ix._o_keys + 8 * o))
-    used: i64 = 0
-    for h in range(ix.n_slots):
-        v = read_i32_le(data, ix._o_slots + 4 * h)
-        if v < -1 or i64(v) >= n_keys:
-            raise CacheFormatError(path, f"slot {h} holds {v}, not -1 or a key ordinal", int(ix._o_slots + 4 * h))
-        if v >= 0:
-            used += 1
-    if used != n_keys:
-        raise CacheFormatError(path, f"{used} slots are used, there are {n_keys} keys", int(ix._o_slots))
-
-
 def load_static(
-    path: str | os.PathLike[str], *, in_memory: bool = False, strict: bool = False
+    path: str | os.PathLike[str], *, in_memory: bool = False, strict: bool = False, verify: bool = False
 ) -> StaticIndex | NgramCache | ForkStatic:
     """Open a static cache file of any supported format for use as ``nc_static``.
 
@@ -741,17 +738,25 @@ def load_static(
     is returned as the :class:`NgramCache` it decodes to, which drafts identically.
     ``strict`` applies to legacy files (see ``NgramCache.load``). A fork v1 file has no
     key table, so it stays a ``lookupdec.formats.ForkStatic`` (looked up via its constmap,
-    through Python calls), as in the reference.
+    through Python calls), as in the reference. ``verify`` runs the full check of a
+    lookupdec index (:meth:`StaticIndex.verify`) and reads a legacy file strictly; the other
+    formats are checked in full anyway when decoded. A 0-byte file is an error (a static
+    cache is never empty: most likely a failed write).
     """
     from lookupdec.formats import ForkStatic, detect_format, read_as_contents
+    from lookupdec.formats.detect import refuse_empty_static
 
     fmt = detect_format(path)
+    refuse_empty_static(path)
     if fmt == "lookupdec":
-        return StaticIndex.open(path, in_memory=in_memory)
+        ix = StaticIndex.open(path, in_memory=in_memory)
+        if verify:
+            ix.verify()
+        return ix
     if fmt == "fork-v1":
         return ForkStatic(path)
     if fmt == "llama":
-        cache = NgramCache.load(path, strict=strict)
+        cache = NgramCache.load(path, strict=strict or verify)
         for kid in range(cache._n_keys_native()):
             if cache._k1[kid] != PAD_WORD:
                 return cache

@@ -15,6 +15,7 @@ from lookupdec.reference.cache import (
     build_static,
 )
 from lookupdec.reference.draft import draft
+from lookupdec.reference.drafter import Drafter
 from lookupdec.reference.files import load_static
 from lookupdec.reference.hybrid import POLICIES, HybridState, SuffixHistory
 from lookupdec.reference.replay import replay
@@ -33,6 +34,7 @@ __all__ = [
     "NGRAM_STATIC",
     "POLICIES",
     "TOKEN_NULL",
+    "Drafter",
     "HybridState",
     "NgramCache",
     "ReplayResult",

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from lookupdec.errors import TokenRangeError
+from lookupdec.errors import CacheFormatError, TokenRangeError
+from lookupdec.formats.detect import detect_format, read_all
+from lookupdec.formats.legacy import decode_legacy, write_legacy
 
 NGRAM_MIN = 1
 """Smallest n-gram size drafting uses."""
@@ -100,17 +102,33 @@ class NgramCache:
         self._map.clear()
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the cache in llama.cpp's legacy format (atomically: temp file, then rename)."""
-        from lookupdec.reference.files import save_legacy
+        """Write the cache in llama.cpp's legacy format (atomically); counts past 2^31-1 saturate.
 
-        save_legacy(self, path)
+        This overwrites ``path`` with this cache alone, as llama.cpp's ``save`` does: when
+        several processes share one dynamic cache file, the last save wins and the others'
+        new counts are lost. Use ``Drafter.save()``, which merges this process's new counts
+        into the file under an exclusive lock, for a shared file.
+        """
+        write_legacy(self.contents(), path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, strict: bool = False) -> NgramCache:
-        """Read a cache file in any supported format (detected by its first bytes)."""
-        from lookupdec.reference.files import load_cache
+        """Read a cache file in llama.cpp's legacy format (spec 7).
 
-        return load_cache(path, strict=strict)
+        ``strict``: trailing bytes too few for a record are an error instead of a warning.
+        The reference reads only this format (its codec is pure Python); for the others,
+        convert canonical contents: ``NgramCache.from_contents(lookupdec.formats.read_as_contents(path))``.
+        """
+        fmt = detect_format(path)
+        if fmt != "llama":
+            raise CacheFormatError(
+                path,
+                f"a {fmt} file: the pure-Python reference reads only llama.cpp's legacy format; load it with "
+                "NgramCache.from_contents(lookupdec.formats.read_as_contents(path))",
+            )
+        cache = cls()
+        cache._map = decode_legacy(read_all(path), path, strict=strict)
+        return cache
 
     # --- reading -----------------------------------------------------------------
 

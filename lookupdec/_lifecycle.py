@@ -1,0 +1,412 @@
+"""The request lifecycle of llama.cpp's lookup loop, written once for both implementations.
+
+:class:`Drafter` holds the caches every request shares (the static index, opened once, and the
+dynamic cache); :class:`Request` holds one generation's context cache and tokens. The n-gram
+operations themselves (``NgramCache``, ``draft``, ``load_static``) are the implementation's: each
+implementation binds them in a subclass (``lookupdec.reference.Drafter``,
+``lookupdec.fast.Drafter``), so this module imports nothing but the standard library and
+lookupdec's leaf modules, and never an implementation.
+
+The loop is llama.cpp's ``examples/lookup``: the prompt's n-grams are counted into a fresh
+context cache, each step drafts from context, dynamic and static caches, the tokens the model
+commits are counted one by one (``common_ngram_cache_update(..., nnew=1)``), and when the
+request ends its context cache is merged into the dynamic cache.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import struct
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, ClassVar, Protocol
+
+from lookupdec._shared_file import merge_into_file
+from lookupdec.errors import RequestClosedError, VocabularyError
+
+INT32_MAX = 2**31 - 1
+POLICIES = ("llama",)
+"""Drafting policies a Drafter accepts: ``"llama"`` is llama.cpp's ``common_ngram_cache_draft``."""
+
+_INDEX_MAGIC = b"LKDCIDX\0"
+_FINGERPRINT = struct.Struct("<8xQ")  # bytes 48..63 of a lookupdec index: vocab_size, fingerprint
+
+
+class Cache(Protocol):
+    """The cache operations the lifecycle uses (both implementations' ``NgramCache`` have them)."""
+
+    def update(self, tokens: Sequence[int], nnew: int, /) -> None:
+        """Count the n-grams whose follower is among the last ``nnew`` tokens."""
+
+    def merge(self, other: Any, /) -> None:
+        """Add every count of ``other``."""
+
+    def save(self, path: str | os.PathLike[str], /) -> None:
+        """Write the cache in llama.cpp's legacy format."""
+
+    def __len__(self) -> int: ...
+
+
+class PartSource(Protocol):
+    """A static cache: answers the followers of a padded 2-gram key."""
+
+    def part(self, key: tuple[int, int, int, int], /) -> Mapping[int, int] | None:
+        """The followers of ``key`` or None."""
+
+
+DraftFunction = Callable[[Sequence[int], list[int], int, int, int, Any, Any, Any], None]
+
+
+@dataclass(frozen=True)
+class Primitives:
+    """One implementation's n-gram operations, as the lifecycle calls them."""
+
+    name: str
+    new_cache: Callable[[], Cache]
+    load_cache: Callable[[str], Cache]
+    draft: DraftFunction
+    load_static: Callable[..., Any]
+    ngram_min: int
+    ngram_max: int
+
+
+@dataclass(frozen=True)
+class DrafterStats:
+    """What a Drafter's requests drafted, as ``llama-lookup-stats`` counts it."""
+
+    requests: int
+    """Requests started."""
+    proposals: int
+    """``propose`` calls."""
+    n_drafted: int
+    """Tokens proposed, in all proposals."""
+    n_accept: int
+    """Proposed tokens confirmed by ``extend``: for each proposal, the prefix that the committed tokens matched."""
+
+    @property
+    def accept(self) -> float:
+        """``n_accept`` as a percentage of ``n_drafted`` (0 when nothing was drafted)."""
+        return 100.0 * self.n_accept / self.n_drafted if self.n_drafted else 0.0
+
+
+def read_index_vocab(path: str) -> tuple[int, bytes] | None:
+    """``(vocab_size, fingerprint)`` from a lookupdec index header, or None for other formats."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+    if len(head) < 64 or head[:8] != _INDEX_MAGIC:
+        return None
+    (vocab_size,) = _FINGERPRINT.unpack_from(head, 40)
+    return vocab_size, head[56:64]
+
+
+class Drafter:
+    """Draft inside real generation: many requests at once, sharing a static and a dynamic cache.
+
+    ``static`` is a path (opened once with the implementation's ``load_static``; a lookupdec
+    index is memory-mapped by the fast path; the stdlib-only reference opens legacy files by
+    path and takes other formats opened, e.g. ``lookupdec._pipeline.load_static``) or an opened
+    cache; None means no static cache.
+    ``dynamic`` is a path (loaded when the file exists, an empty cache otherwise, and the default
+    target of :meth:`save`), an opened cache (used and updated in place), or None (an in-memory
+    cache shared by this Drafter's requests, which is what ``replay`` does).
+
+    ``vocab_size`` (when known) bounds the token ids requests accept; ``vocab_fingerprint`` (8
+    bytes, ``lookupdec.tokens.vocab_info``) is compared with a lookupdec static index's. The
+    ``policy`` is how a proposal is drafted: ``"llama"``, llama.cpp's own.
+
+    One thread at a time: the object holds no lock of its own.
+    """
+
+    primitives: ClassVar[Primitives]
+    """The implementation's operations; set by each implementation's subclass."""
+
+    def __init__(
+        self,
+        static: str | os.PathLike[str] | PartSource | None = None,
+        dynamic: str | os.PathLike[str] | Cache | None = None,
+        *,
+        n_draft: int = 8,
+        policy: str = "llama",
+        vocab_size: int | None = None,
+        vocab_fingerprint: bytes | None = None,
+        in_memory: bool = False,
+    ) -> None:
+        if not hasattr(type(self), "primitives"):
+            raise TypeError("use the Drafter of an implementation: lookupdec.Drafter, lookupdec.fast.Drafter, ...")
+        if policy not in POLICIES:
+            raise ValueError(f"unknown drafting policy {policy!r}: choose one of {', '.join(map(repr, POLICIES))}")
+        n_draft = operator.index(n_draft)
+        if n_draft < 0:
+            raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+        if vocab_size is not None and not 0 < vocab_size <= INT32_MAX + 1:
+            raise ValueError(f"vocab_size must be in 1..2^31, got {vocab_size}")
+        if vocab_fingerprint is not None and len(vocab_fingerprint) != 8:
+            raise ValueError(f"vocab_fingerprint must be 8 bytes, got {len(vocab_fingerprint)}")
+        p = self.primitives
+        self.n_draft = n_draft
+        """Tokens a proposal holds at most (``propose(k)`` asks for fewer or more)."""
+        self.policy = policy
+        """The drafting policy."""
+        self.vocab_size = vocab_size
+        """Token ids must be below this (None: any int32 id >= 0)."""
+        self._id_limit = vocab_size if vocab_size is not None else INT32_MAX + 1
+        self._static = self._open_static(static, vocab_fingerprint, in_memory)
+        self._dynamic_path: str | None = None
+        self._owns_dynamic = True
+        # What ended requests added since the last save. None while the dynamic cache holds
+        # exactly that (it started empty and nothing was saved yet): one merge per request end
+        # instead of two.
+        self._added: Cache | None = None
+        if dynamic is None:
+            self._dynamic = p.new_cache()
+        elif isinstance(dynamic, (str, os.PathLike)):
+            self._dynamic_path = os.fspath(dynamic)
+            exists = os.path.exists(self._dynamic_path) and os.path.getsize(self._dynamic_path) > 0
+            self._dynamic = p.load_cache(self._dynamic_path) if exists else p.new_cache()
+            if exists:
+                self._added = p.new_cache()
+        else:
+            self._dynamic = dynamic
+            self._owns_dynamic = False
+            self._added = p.new_cache()
+        # The primitives as instance attributes: each propose reads them (a hot path).
+        self._draft = p.draft
+        self._ngram_min = p.ngram_min
+        self._ngram_max = p.ngram_max
+        self._requests = self._proposals = self._n_drafted = self._n_accept = 0
+        self._open = 0
+
+    def _open_static(
+        self, static: str | os.PathLike[str] | PartSource | None, fingerprint: bytes | None, in_memory: bool
+    ) -> Any:
+        p = self.primitives
+        if static is None:
+            return p.new_cache()
+        if isinstance(static, (str, os.PathLike)):
+            path = os.fspath(static)
+            if fingerprint is not None and os.path.isfile(path):
+                header = read_index_vocab(path)
+                if header is not None:
+                    check_fingerprint(path, header[1], fingerprint)
+            return p.load_static(path, in_memory=in_memory)
+        known = getattr(static, "vocab_fingerprint", None)
+        if fingerprint is not None and isinstance(known, bytes):
+            check_fingerprint(getattr(static, "path", "the static index"), known, fingerprint)
+        return static
+
+    # --- requests -----------------------------------------------------------------------
+
+    def request(self, prompt: Iterable[int] = ()) -> Request:
+        """Start a request whose context so far is ``prompt`` (its n-grams are counted now).
+
+        Use it as a context manager, or call :meth:`Request.end` when the generation is over.
+        """
+        return Request(self, prompt)
+
+    @property
+    def stats(self) -> DrafterStats:
+        """Counts over every request so far (a snapshot)."""
+        return DrafterStats(self._requests, self._proposals, self._n_drafted, self._n_accept)
+
+    @property
+    def open_requests(self) -> int:
+        """Requests started and not yet ended."""
+        return self._open
+
+    @property
+    def dynamic(self) -> Cache:
+        """The dynamic cache requests draft from (ended requests are merged into it)."""
+        return self._dynamic
+
+    @property
+    def static(self) -> Any:
+        """The static cache (an empty cache when none was given)."""
+        return self._static
+
+    @property
+    def dynamic_path(self) -> str | None:
+        """The file :meth:`save` writes by default (the ``dynamic`` path given, if any)."""
+        return self._dynamic_path
+
+    # --- saving -------------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str] | None = None) -> None:
+        """Add what ended requests counted since the last save to the dynamic cache file.
+
+        Under an exclusive lock on ``PATH.lock``, the file as it is *now* is read, this
+        Drafter's new counts are added, and the result is written atomically in llama.cpp's
+        format: processes sharing one file lose nothing. Counts past 2^31-1 saturate, with one
+        warning naming the file. ``path`` defaults to the ``dynamic`` path the Drafter was given.
+        Requests still open are not included: they count when they end.
+        """
+        if path is None:
+            if self._dynamic_path is None:
+                raise ValueError("save() needs a path: this Drafter was not given a dynamic cache file")
+            target = self._dynamic_path
+        else:
+            target = os.fspath(path)
+        p = self.primitives
+        added = self._added if self._added is not None else self._dynamic
+        written = merge_into_file(target, added, p.load_cache, p.new_cache)
+        self._added = p.new_cache()
+        if self._owns_dynamic and target == self._dynamic_path:
+            # Draft from what every process has saved so far, not only from this one's counts.
+            self._dynamic = written
+
+    def _end(self, context: Cache) -> None:
+        self._dynamic.merge(context)
+        if self._added is not None:
+            self._added.merge(context)
+        self._open -= 1
+
+    def _check_ids(self, ids: list[int], what: str) -> None:
+        if ids and (min(ids) < 0 or max(ids) >= self._id_limit):
+            for i, t in enumerate(ids):
+                if t < 0 or t >= self._id_limit:
+                    bound = f"the vocabulary size {self.vocab_size}" if self.vocab_size is not None else "2^31"
+                    raise VocabularyError(f"{what} {i} is {t}: token ids must be >= 0 and below {bound}")
+
+    def __repr__(self) -> str:
+        return (
+            f"<{self.primitives.name}.Drafter n_draft={self.n_draft} open={self._open} "
+            f"requests={self._requests} dynamic={self._dynamic_path or 'memory'}>"
+        )
+
+
+def check_fingerprint(where: str, found: bytes, expected: bytes) -> None:
+    """Raise :class:`VocabularyError` when both fingerprints are known (not all zero) and differ."""
+    if found != bytes(8) and expected != bytes(8) and found != expected:
+        raise VocabularyError(
+            f"{where}: the static index was built for another vocabulary "
+            f"(fingerprint {found.hex()}, the tokenizer's is {expected.hex()})"
+        )
+
+
+class Request:
+    """One generation: its tokens so far and its context cache. Made by :meth:`Drafter.request`."""
+
+    __slots__ = ("_context", "_drafter", "_matched", "_proposal", "_tokens", "n_accept", "n_drafted")
+
+    def __init__(self, drafter: Drafter, prompt: Iterable[int] = ()) -> None:
+        tokens = [operator.index(t) for t in prompt]
+        drafter._check_ids(tokens, "prompt token")
+        self._drafter = drafter
+        self._tokens = tokens
+        self._context: Cache | None = drafter.primitives.new_cache()
+        self._context.update(tokens, len(tokens))
+        self._proposal: list[int] = []
+        self._matched = -1  # proposal tokens confirmed so far; -1: no live proposal
+        self.n_drafted = 0
+        """Tokens this request proposed."""
+        self.n_accept = 0
+        """Proposed tokens this request's ``extend`` calls confirmed."""
+        drafter._requests += 1
+        drafter._open += 1
+
+    @property
+    def tokens(self) -> Sequence[int]:
+        """The prompt and every committed token (do not modify)."""
+        return self._tokens
+
+    @property
+    def closed(self) -> bool:
+        """True once the request has ended."""
+        return self._context is None
+
+    def propose(self, k: int | None = None, stop: Collection[int] = ()) -> list[int]:
+        """Up to ``k`` (default: the Drafter's ``n_draft``) tokens likely to follow :attr:`tokens`.
+
+        Drafts nothing before two tokens are known. A proposal is cut before its first token in
+        ``stop`` (end-of-sequence ids: the model must not accept past them). The proposal counts
+        toward the stats; the next :meth:`extend` calls say how much of it was right.
+        """
+        context = self._context  # inline checks, not a helper call: propose and extend run every step
+        if context is None:
+            raise RequestClosedError("propose() on a request that has ended")
+        d = self._drafter
+        n = d.n_draft if k is None else operator.index(k)
+        if n < 0:
+            raise ValueError(f"k must be >= 0, got {n}")
+        tokens = self._tokens
+        if tokens and n > 0:
+            drafted = [tokens[-1]]
+            d._draft(tokens, drafted, n, d._ngram_min, d._ngram_max, context, d._dynamic, d._static)
+            proposal = drafted[1:]
+        else:
+            proposal = []
+        if stop:
+            for i, t in enumerate(proposal):
+                if t in stop:
+                    del proposal[i:]
+                    break
+        self._proposal = proposal
+        self._matched = 0
+        self.n_drafted += len(proposal)
+        d._proposals += 1
+        d._n_drafted += len(proposal)
+        return proposal
+
+    def extend(self, ids: Iterable[int]) -> None:
+        """Commit ``ids``: the accepted part of the last proposal and the model's own token(s).
+
+        Counting them equals llama.cpp's one ``common_ngram_cache_update(..., nnew=1)`` per
+        token. The proposal's tokens that ``ids`` confirm, in order from its first, count as
+        accepted; the first mismatch ends the proposal.
+        """
+        context = self._context
+        if context is None:
+            raise RequestClosedError("extend() on a request that has ended")
+        new = list(ids)
+        if not new:
+            return
+        d = self._drafter
+        limit = d._id_limit
+        # A plain loop: for the usual 1-9 plain ints it costs a fraction of a list comprehension.
+        for t in new:
+            if type(t) is not int or t < 0 or t >= limit:
+                # numpy integers become ints; floats raise TypeError (the reference would take them)
+                new = [operator.index(x) for x in new]
+                d._check_ids(new, "token")
+                break
+        matched = self._matched
+        if matched >= 0:
+            proposal = self._proposal
+            accepted = 0
+            for t in new:
+                if matched + accepted >= len(proposal) or proposal[matched + accepted] != t:
+                    matched = -1
+                    break
+                accepted += 1
+            else:
+                matched += accepted
+            self._matched = matched
+            self.n_accept += accepted
+            d._n_accept += accepted
+        tokens = self._tokens
+        tokens.extend(new)
+        # One update over the new tokens counts exactly what one nnew=1 update per token counts.
+        context.update(tokens, len(new))
+
+    def end(self) -> None:
+        """Merge this request's context cache into the dynamic cache (once; later calls do nothing)."""
+        context = self._context
+        if context is None:
+            return
+        self._context = None
+        self._proposal = []
+        self._matched = -1
+        self._drafter._end(context)
+
+    def __enter__(self) -> Request:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.end()
+
+    def __repr__(self) -> str:
+        state = "ended" if self._context is None else "open"
+        return f"<Request {state} tokens={len(self._tokens)} drafted={self.n_drafted} accepted={self.n_accept}>"

@@ -1,0 +1,19 @@
+"""The fast path's :class:`Drafter`: the shared request lifecycle over the compiled caches.
+
+Plain Python (not compiled): the lifecycle only calls the compiled ``update``/``draft``/``merge``.
+"""
+
+from __future__ import annotations
+
+from lookupdec import _lifecycle
+from lookupdec.fast._core import NGRAM_MAX, NGRAM_MIN, NgramCache, draft
+from lookupdec.fast._index import load_static
+
+
+class Drafter(_lifecycle.Drafter):
+    """A request-level drafter over the fast path's caches (see :class:`lookupdec._lifecycle.Drafter`)."""
+
+    primitives = _lifecycle.Primitives("fast", NgramCache, NgramCache.load, draft, load_static, NGRAM_MIN, NGRAM_MAX)
+
+
+__all__ = ["Drafter"]

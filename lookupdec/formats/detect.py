@@ -1,0 +1,89 @@
+"""Format names, magics, the canonical-contents types and :func:`detect_format` (stdlib only).
+
+The bottom of the :mod:`lookupdec.formats` package: every other module of it, and the
+reference implementation, may import this one without pulling in numpy or fastconstmap.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import BinaryIO, Final
+
+from lookupdec._atomic import file_kind
+from lookupdec.errors import CacheFormatError
+
+FORMATS = ("lookupdec", "llama", "fork-v1", "fork-v2")
+"""Every format name :func:`detect_format` returns and :func:`write_static` accepts."""
+MAGIC_FORK_V1 = b"ggngcmap"
+MAGIC_FORK_V2 = b"ggngcmp2"
+MAGIC_LOOKUPDEC = b"LKDCIDX\x00"
+
+Key = tuple[int, int, int, int]
+"""A padded 4-slot n-gram key (unused slots -1)."""
+Followers = list[tuple[int, int]]
+"""(token, count) pairs of one key."""
+ContentsItem = tuple[Key, Followers]
+"""One key with its followers, as :func:`read_as_contents` yields them."""
+
+INT32_MIN: Final = -(2**31)
+INT32_MAX: Final = 2**31 - 1
+NULL: Final = -1
+"""Padding of unused key slots (llama.cpp's ``LLAMA_TOKEN_NULL``)."""
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """Open a cache file for reading; :class:`CacheFormatError` unless it is a regular file.
+
+    A fifo would block ``open`` (and every read) forever and a device reads as anything, so
+    the file is opened non-blocking and checked with ``fstat`` (no race with a rename)
+    before a byte is read. FileNotFoundError names the file as a cache file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise FileNotFoundError(2, "no such cache file", os.fspath(path)) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise CacheFormatError(path, f"is {file_kind(mode)}, not a regular file: a cache must be a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """The format of a cache file, from its first 8 bytes (legacy files have no magic).
+
+    Raises :class:`CacheFormatError` when ``path`` is not a regular file (see :func:`open_regular`).
+    """
+    with open_regular(path) as f:
+        head = f.read(8)
+    if head == MAGIC_FORK_V1:
+        return "fork-v1"
+    if head == MAGIC_FORK_V2:
+        return "fork-v2"
+    if head == MAGIC_LOOKUPDEC:
+        return "lookupdec"
+    return "llama"
+
+
+def read_all(path: str | os.PathLike[str]) -> bytes:
+    """The whole file as bytes; a regular file only (see :func:`open_regular`)."""
+    with open_regular(path) as f:
+        return f.read()
+
+
+def refuse_empty_static(path: str | os.PathLike[str]) -> None:
+    """:class:`CacheFormatError` if ``path`` is a 0-byte file: never a valid static cache.
+
+    An empty legacy file decodes to an empty cache, which llama.cpp accepts; as a *dynamic*
+    cache that is right (a new, empty one), but a 0-byte *static* cache is almost always a
+    write that failed, and drafting without it would silently report poor numbers.
+    """
+    if os.path.getsize(path) == 0:
+        raise CacheFormatError(
+            path, "empty file (0 bytes) given as a static cache; a static cache is never empty (a failed write?)"
+        )

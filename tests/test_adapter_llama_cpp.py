@@ -1,0 +1,155 @@
+"""lookupdec in llama-cpp-python: LookupDraftModel under a fake of ``Llama.generate``'s draft loop."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import lookupdec
+from lookupdec.adapters.llama_cpp import LLAMA_CPP_AVAILABLE, LookupDraftModel
+
+VOCAB = 24
+
+
+class FakeLlama:
+    """The draft loop of llama-cpp-python 0.3.x's ``Llama.generate``, with a deterministic model.
+
+    As upstream: the pending tokens are evaluated (appended to the KV state), the model samples
+    at every evaluated position; a sampled token that differs from the token evaluated after it
+    rewinds the state there; then the draft model is called with the committed history
+    (``input_ids[: n_tokens + len(tokens)]``, an ``intc`` array) and its draft, cut to the context
+    size, joins the tokens evaluated next. A new prompt reuses the longest common prefix.
+    The model's next token is a fixed pseudo-random function of the last two tokens (greedy).
+    """
+
+    def __init__(self, draft_model: Any = None, n_ctx: int = 256, seed: int = 7) -> None:
+        rng = random.Random(seed)
+        self.table = {(a, b): rng.randrange(VOCAB) for a in range(VOCAB) for b in range(VOCAB)}
+        self.draft_model = draft_model
+        self.n_ctx = n_ctx
+        self.input_ids = np.zeros(n_ctx, dtype=np.intc)
+        self.n_tokens = 0
+        self.drafted = 0
+        self.accepted = 0  # drafted tokens the model confirmed (counted when the confirmation is yielded)
+
+    def next_token(self, upto: int) -> int:
+        return self.table[(int(self.input_ids[upto - 2]), int(self.input_ids[upto - 1]))]
+
+    def generate(self, prompt: list[int]) -> Iterator[int]:
+        common = 0
+        while common < min(self.n_tokens, len(prompt) - 1) and self.input_ids[common] == prompt[common]:
+            common += 1
+        self.n_tokens = common
+        tokens = list(prompt[common:])
+        sample_idx = self.n_tokens + len(tokens) - 1  # set once, as upstream: it follows the state
+        while True:
+            self.input_ids[self.n_tokens : self.n_tokens + len(tokens)] = tokens  # eval
+            self.n_tokens += len(tokens)
+            while sample_idx < self.n_tokens:
+                token = self.next_token(sample_idx + 1)
+                sample_idx += 1
+                drafted_here = sample_idx < self.n_tokens  # a draft token was evaluated at sample_idx
+                confirmed = drafted_here and token == self.input_ids[sample_idx]
+                self.accepted += confirmed
+                yield token
+                tokens = [token]
+                if drafted_here and not confirmed:
+                    self.n_tokens = sample_idx  # rewind: the rest of the draft is rejected
+                    break
+            if self.draft_model is not None:
+                self.input_ids[self.n_tokens : self.n_tokens + len(tokens)] = tokens
+                draft = self.draft_model(self.input_ids[: self.n_tokens + len(tokens)])
+                assert isinstance(draft, np.ndarray) and draft.dtype == np.intc
+                draft = draft.astype(int)[: self.n_ctx - self.n_tokens - len(tokens)]
+                self.drafted += len(draft)
+                tokens.extend(draft)
+
+    def complete(self, prompt: list[int], max_tokens: int) -> list[int]:
+        out: list[int] = []
+        for token in self.generate(prompt):
+            out.append(token)
+            if len(out) == max_tokens:
+                break
+        return out
+
+
+PROMPT = [1, 2, 3, 4, 5, 1, 2, 3]
+
+
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+def test_output_identical_and_drafts_counted(impl: str) -> None:
+    plain = FakeLlama().complete(PROMPT, 120)
+    drafter = lookupdec.implementation(impl).Drafter(n_draft=6)
+    draft_model = LookupDraftModel(drafter)
+    llm = FakeLlama(draft_model)
+    out = llm.complete(PROMPT, 120)
+    assert out == plain
+    draft_model.end(PROMPT + out)
+    stats = drafter.stats
+    assert stats.requests == 1 and drafter.open_requests == 0
+    assert stats.n_drafted == llm.drafted > 50
+    assert stats.n_accept == llm.accepted > 20
+    expected = lookupdec.implementation(impl).NgramCache()
+    expected.update(PROMPT + out, len(PROMPT + out))
+    assert drafter.dynamic.contents() == expected.contents()
+
+
+def test_a_new_prompt_starts_a_new_request() -> None:
+    drafter = lookupdec.Drafter(n_draft=4)
+    draft_model = LookupDraftModel(drafter)
+    llm = FakeLlama(draft_model)
+    first = llm.complete(PROMPT, 30)
+    # What the draft model saw: the history at its last call (tokens yielded after it are unseen).
+    seen = list(draft_model.follower.request.tokens)
+    assert len(seen) > len(PROMPT) and (PROMPT + first)[: len(seen)] == seen
+    llm.complete([9, 8, 7, 9, 8], 30)  # not an extension of the first history
+    assert drafter.stats.requests == 2 and drafter.open_requests == 1
+    # The first request was merged into the dynamic cache when the second began.
+    expected = lookupdec.NgramCache()
+    expected.update(seen, len(seen))
+    assert drafter.dynamic.contents() == expected.contents()
+    draft_model.end()
+    assert drafter.open_requests == 0
+
+
+def test_draft_model_contract() -> None:
+    drafter = lookupdec.Drafter(n_draft=8)
+    draft_model = LookupDraftModel(drafter, n_draft=3, stop=(4,))
+    out = draft_model(np.array([1, 2, 3, 1, 2, 3, 1, 2], dtype=np.intc))
+    assert out.dtype == np.intc and out.tolist() == [3, 1, 2]
+    cut = LookupDraftModel(lookupdec.Drafter(), stop=(4,))
+    assert cut(np.array([4, 5, 4, 5, 4, 5], dtype=np.intc)).tolist() == []  # it would draft 4, 5, 4, ...
+    assert cut(np.array([4, 5, 4, 5, 4, 5, 7, 5], dtype=np.intc)).tolist() == []
+    assert cut(np.array([9, 8, 9, 8, 9], dtype=np.intc)).tolist() == [8, 9, 8, 9, 8, 9, 8, 9]
+    assert isinstance(draft_model, _llama_draft_model_class()) == LLAMA_CPP_AVAILABLE
+
+
+def _llama_draft_model_class() -> type:
+    try:
+        from llama_cpp.llama_speculative import LlamaDraftModel
+    except ImportError:
+        return type(None)
+    return LlamaDraftModel  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+def test_real_llama_cpp() -> None:
+    llama_cpp = pytest.importorskip(
+        "llama_cpp", reason="llama-cpp-python is not installed (pip install 'lookupdec[llama-cpp]'): real test skipped"
+    )
+    model_path = os.environ.get("LOOKUPDEC_GGUF_MODEL")
+    if not model_path:
+        pytest.skip("set LOOKUPDEC_GGUF_MODEL to a small GGUF model to run the real llama-cpp-python test")
+    prompt = b"The capital of France is Paris. The capital of France is"
+    plain = llama_cpp.Llama(model_path, logits_all=True, verbose=False, seed=0)(prompt, max_tokens=32, temperature=0)
+    drafter = lookupdec.Drafter(n_draft=4)
+    draft_model = LookupDraftModel(drafter)
+    llm = llama_cpp.Llama(model_path, logits_all=True, verbose=False, seed=0, draft_model=draft_model)
+    drafted = llm(prompt, max_tokens=32, temperature=0)
+    assert drafted["choices"][0]["text"] == plain["choices"][0]["text"]
+    assert drafter.stats.proposals > 0

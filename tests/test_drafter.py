@@ -1,0 +1,302 @@
+"""The request-level Drafter: exactly the replay's counts, locked saves, clear errors (both implementations)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import warnings
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lookupdec
+from lookupdec._lifecycle import DrafterStats
+from lookupdec.errors import CountSaturationWarning, RequestClosedError, VocabularyError
+from lookupdec.formats import write_static
+from tests.impls import FastImpl, ImplTests, ReferenceImpl
+
+DATA = Path(lookupdec.__file__).parent / "data"
+N_CTX = 512
+N_CHUNKS = 4
+
+
+@cache
+def demo_tokens() -> tuple[list[int], list[int]]:
+    """A slice of the shipped replay text (N_CHUNKS chunks and a bit) and of the shipped corpus."""
+    from lookupdec.tokens import read_tokens
+
+    text = read_tokens(DATA / "wiki.test.demo.llama3.bin").tolist()[: N_CHUNKS * N_CTX + 7]
+    corpus = read_tokens(DATA / "enwiki_wt.demo.llama3.bin").tolist()[:60_000]
+    return text, corpus
+
+
+def drive(drafter: Any, tokens: list[int], n_ctx: int) -> None:
+    """Drive ``drafter`` over ``tokens`` the way llama-lookup-stats drives its caches.
+
+    Per chunk of ``n_ctx``: a request that starts with the chunk's first token; propose; the
+    "model" (the text itself) accepts the matching prefix; extend with it plus the next true
+    token; end the request when the chunk is full.
+    """
+    i_start = 0
+    while i_start + n_ctx < len(tokens):
+        chunk = tokens[i_start : i_start + n_ctx]
+        with drafter.request(chunk[:1]) as req:
+            while len(req.tokens) < n_ctx:
+                proposal = req.propose()
+                pos = len(req.tokens)
+                committed: list[int] = []
+                for t in proposal:
+                    if pos + len(committed) >= n_ctx or chunk[pos + len(committed)] != t:
+                        break
+                    committed.append(t)
+                if pos + len(committed) < n_ctx:
+                    committed.append(chunk[pos + len(committed)])
+                req.extend(committed)
+        i_start += n_ctx
+
+
+class DrafterTests(ImplTests):
+    def static(self) -> Any:
+        return self.impl.build_static(demo_tokens()[1])
+
+    def test_same_counts_as_replay(self) -> None:
+        text, _ = demo_tokens()
+        static = self.static()
+        expected_dynamic = self.impl.NgramCache()
+        expected = self.impl.replay(text, N_CTX, 8, static, expected_dynamic)
+        drafter = self.impl.Drafter(static=static)
+        drive(drafter, text, N_CTX)
+        stats = drafter.stats
+        assert expected.n_drafted > 1000 and expected.n_accept > 100  # the slice really drafts
+        assert (stats.n_drafted, stats.n_accept) == (expected.n_drafted, expected.n_accept)
+        assert stats.requests == N_CHUNKS and drafter.open_requests == 0
+        assert drafter.dynamic.contents() == expected_dynamic.contents()
+
+    def test_dynamic_file_carries_over_between_drafters(self, tmp_path: Path) -> None:
+        # Two Drafters, one after the other, sharing a dynamic file: the same counts as one replay.
+        text, _ = demo_tokens()
+        static = self.static()
+        expected = self.impl.replay(text, N_CTX, 8, static)
+        path = tmp_path / "dynamic.bin"
+        half = 2 * N_CTX
+        first = self.impl.Drafter(static=static, dynamic=path)
+        drive(first, text[: half + 1], N_CTX)
+        first.save()
+        second = self.impl.Drafter(static=static, dynamic=path)
+        drive(second, text[half:], N_CTX)
+        total = (first.stats.n_drafted + second.stats.n_drafted, first.stats.n_accept + second.stats.n_accept)
+        assert total == (expected.n_drafted, expected.n_accept)
+
+    def test_extend_counts_like_one_update_per_token(self) -> None:
+        text, _ = demo_tokens()
+        tokens = text[:300]
+        expected = self.impl.NgramCache()
+        for m in range(1, len(tokens) + 1):
+            expected.update(tokens[:m], 1)
+        drafter = self.impl.Drafter()
+        with drafter.request(tokens[:10]) as req:
+            req.extend(tokens[10:11])
+            req.extend(tokens[11:200])
+            req.extend([])
+            req.extend(tokens[200:])
+        assert drafter.dynamic.contents() == expected.contents()
+
+    def test_accepted_is_the_confirmed_prefix_of_the_last_proposal(self) -> None:
+        drafter = self.impl.Drafter(n_draft=4)
+        with drafter.request([1, 2, 3, 1, 2, 3, 1, 2]) as req:
+            assert req.propose() == [3, 1, 2, 3]
+            req.extend([3])  # one at a time, as an engine may commit
+            req.extend([1, 9])  # 9 ends the proposal
+            req.extend([3])  # after the proposal ended: not accepted, though the 4th draft was 3
+            assert req.propose(0) == []
+        assert drafter.stats == DrafterStats(requests=1, proposals=2, n_drafted=4, n_accept=2)
+        assert drafter.stats.accept == 50.0
+
+    def test_bad_use_is_a_clear_error(self) -> None:
+        drafter = self.impl.Drafter(vocab_size=100)
+        req = drafter.request([1, 2])
+        with pytest.raises(VocabularyError, match="token 1 is -3"):
+            req.extend([5, -3])
+        with pytest.raises(VocabularyError, match=r"token 0 is 100: .* vocabulary size 100"):
+            req.extend([100])
+        with pytest.raises(VocabularyError, match="prompt token 1 is -1"):
+            drafter.request([0, -1])
+        with pytest.raises(VocabularyError, match="below 2\\^31"):
+            self.impl.Drafter().request([2**31])
+        with pytest.raises(TypeError):
+            req.extend([3, 1.5])
+        assert req.tokens == [1, 2]  # a refused extend commits nothing
+        import numpy as np
+
+        req.extend(np.array([7, 8], dtype=np.int32))  # numpy integers are token ids
+        assert req.tokens == [1, 2, 7, 8] and all(type(t) is int for t in req.tokens)
+        req.end()
+        req.end()  # ending twice is harmless
+        with pytest.raises(RequestClosedError, match="propose"):
+            req.propose()
+        with pytest.raises(RequestClosedError, match="extend"):
+            req.extend([3])
+        with pytest.raises(ValueError, match="policy 'hybrid'"):
+            self.impl.Drafter(policy="hybrid")
+        with pytest.raises(ValueError, match="n_draft"):
+            self.impl.Drafter(n_draft=-1)
+        with pytest.raises(ValueError, match="needs a path"):
+            drafter.save()
+
+    def test_static_index_of_another_vocabulary(self, tmp_path: Path) -> None:
+        path = tmp_path / "static.lkdc"
+        write_static([((1, 2, -1, -1), [(3, 4)])], path, vocab_size=100, vocab_fingerprint=b"A" * 8)
+        with pytest.raises(VocabularyError, match=f"{path}: the static index was built for another vocabulary"):
+            self.impl.Drafter(static=path, vocab_fingerprint=b"B" * 8)
+        # Same fingerprint, or one side unknown: accepted, and it drafts from the index. The
+        # reference opens only legacy files by path (it is stdlib-only); it takes the index
+        # opened by the layer above, and checks the opened index's fingerprint the same way.
+        static: Any = path
+        if self.impl.IMPLEMENTATION == "reference":
+            from lookupdec._pipeline import load_static
+
+            static = load_static(self.impl, str(path))
+            with pytest.raises(VocabularyError, match="built for another vocabulary"):
+                self.impl.Drafter(static=static, vocab_fingerprint=b"B" * 8)
+        for fingerprint in (b"A" * 8, None, bytes(8)):
+            drafter = self.impl.Drafter(static=static, vocab_fingerprint=fingerprint)
+            with drafter.request([1, 2]) as req:
+                assert req.propose() == [3]
+        unknown = tmp_path / "unknown.lkdc"
+        write_static([((1, 2, -1, -1), [(3, 4)])], unknown)
+        if self.impl.IMPLEMENTATION == "reference":
+            from lookupdec._pipeline import load_static
+
+            self.impl.Drafter(static=load_static(self.impl, str(unknown)), vocab_fingerprint=b"B" * 8)
+        else:
+            self.impl.Drafter(static=unknown, vocab_fingerprint=b"B" * 8)
+
+    def test_save_merges_into_what_is_on_disk(self, tmp_path: Path) -> None:
+        path = tmp_path / "dynamic.bin"
+        a = self.impl.Drafter(dynamic=path)
+        b = self.impl.Drafter(dynamic=path)  # both loaded the same (missing: empty) file
+        with a.request([1, 2, 3]):
+            pass
+        with b.request([1, 2, 4]):
+            pass
+        a.save()
+        b.save()
+        a.save()  # nothing new since the last save: adds nothing
+        expected = self.impl.NgramCache()
+        expected.update([1, 2, 3], 3)
+        expected.update([1, 2, 4], 3)
+        assert self.impl.NgramCache.load(path).contents() == expected.contents()
+        assert (tmp_path / "dynamic.bin.lock").exists()
+        # After its save, b drafts from everything on disk, a's counts included.
+        assert b.dynamic.contents() == expected.contents()
+        # save(path) elsewhere: only this Drafter's new counts, merged into that file.
+        with a.request([7, 8]):
+            pass
+        other = tmp_path / "other.bin"
+        a.save(other)
+        assert self.impl.NgramCache.load(other).contents() == [((7, -1, -1, -1), [(8, 1)])]
+
+    def test_counts_saturate_in_every_save(self, tmp_path: Path) -> None:
+        path = tmp_path / "dynamic.bin"
+        big = self.impl.NgramCache.from_contents([((1, -1, -1, -1), [(2, 2**31 - 2), (3, 5)])])
+        big.save(path)
+        drafter = self.impl.Drafter(dynamic=path)
+        with drafter.request([1, 2, 1, 2, 1, 2]):
+            pass
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            drafter.save()
+        messages = [str(w.message) for w in caught if issubclass(w.category, CountSaturationWarning)]
+        assert messages == [f"{path}: 1 count(s) above 2^31-1 saturated at 2147483647"]
+        contents = dict(self.impl.NgramCache.load(path).contents())
+        assert contents[(1, -1, -1, -1)] == [(2, 2**31 - 1), (3, 5)]
+        assert contents[(1, 2, -1, -1)] == [(1, 2)]
+        assert contents[(2, 1, 2, -1)] == [(1, 1)]
+
+    def test_plain_merge_and_save_saturate_too(self, tmp_path: Path) -> None:
+        a = self.impl.NgramCache.from_contents([((5, 6, -1, -1), [(7, 2**31 - 1)])])
+        a.merge(self.impl.NgramCache.from_contents([((5, 6, -1, -1), [(7, 2**31 - 1), (8, 1)])]))
+        path = tmp_path / "merged.bin"
+        with pytest.warns(CountSaturationWarning, match=f"{path}: 1 count"):
+            a.save(path)
+        assert self.impl.NgramCache.load(path).contents() == [((5, 6, -1, -1), [(7, 2**31 - 1), (8, 1)])]
+
+
+class TestDrafterReference(ReferenceImpl, DrafterTests):
+    pass
+
+
+class TestDrafterFast(FastImpl, DrafterTests):
+    pass
+
+
+def test_package_drafter_is_the_chosen_implementations() -> None:
+    assert lookupdec.Drafter is lookupdec.implementation(lookupdec.IMPLEMENTATION).Drafter
+    assert lookupdec.Drafter.primitives.name == lookupdec.IMPLEMENTATION
+
+
+# --- several processes saving into one file ------------------------------------------------
+
+ROUNDS = 3
+WORKERS = 4
+
+
+def worker_requests(worker: int) -> list[list[int]]:
+    """The token sequences worker ``worker`` generates, one per round (distinct per worker)."""
+    text, _ = demo_tokens()
+    return [text[(worker * ROUNDS + r) * 200 : (worker * ROUNDS + r) * 200 + 150] for r in range(ROUNDS)]
+
+
+def save_rounds(impl_name: str, path: str, worker: int, barrier: Any) -> None:
+    drafter = lookupdec.implementation(impl_name).Drafter(dynamic=path)
+    for tokens in worker_requests(worker):
+        with drafter.request(tokens[:20]) as req:
+            req.extend(tokens[20:])
+        barrier.wait()  # every worker saves at the same moment
+        drafter.save()
+
+
+class ConcurrentSaveTests(ImplTests):
+    def test_four_processes_lose_no_count(self, tmp_path: Path) -> None:
+        path = tmp_path / "shared.bin"
+        start = self.impl.NgramCache.from_contents([((1, 2, -1, -1), [(3, 10)])])
+        start.save(path)
+        expected = self.impl.NgramCache.from_contents(start.contents())
+        for worker in range(WORKERS):
+            for tokens in worker_requests(worker):
+                expected.update(tokens, len(tokens))
+        ctx: Any = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+        barrier = ctx.Barrier(WORKERS)
+        procs = [
+            ctx.Process(target=save_rounds, args=(self.impl.IMPLEMENTATION, os.fspath(path), w, barrier))
+            for w in range(WORKERS)
+        ]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        assert [p.exitcode for p in procs] == [0] * WORKERS
+        assert self.impl.NgramCache.load(path).contents() == expected.contents()
+
+
+class TestConcurrentSaveReference(ReferenceImpl, ConcurrentSaveTests):
+    pass
+
+
+class TestConcurrentSaveFast(FastImpl, ConcurrentSaveTests):
+    pass
+
+
+def test_import_lookupdec_pulls_no_engine() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, lookupdec\n"
+        "d = lookupdec.Drafter()\n"
+        "bad = [m for m in ('torch', 'transformers', 'vllm', 'llama_cpp', 'lookupdec.adapters') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

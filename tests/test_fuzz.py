@@ -1,0 +1,73 @@
+"""The fuzz suite (tests/fuzz.py): a short seeded run by default, a longer one marked slow.
+
+Every mutant of every format, through every entry point, must be a clean error or a result,
+the same in both implementations: never a traceback, a crash, a hang, a different result
+or more than a few MB allocated. The long run: ``python -m tests.fuzz --n 2000``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests import fuzz
+
+
+def _check(n: int, seed: int) -> None:
+    report = fuzz.fuzz(n, seed)
+    assert not report["bad"], report["bad"][:5]
+    for fmt, counts in report["counts"].items():
+        assert sum(counts.values()) == 5 * n, (fmt, counts)  # every mutant went through the 5 entry points
+
+
+def test_fuzz_short() -> None:
+    _check(int(os.environ.get("LOOKUPDEC_FUZZ_N", "10")), seed=0)
+
+
+@pytest.mark.slow
+def test_fuzz_long() -> None:
+    _check(300, seed=12345)
+
+
+def test_classifier_flags_what_it_must() -> None:
+    """The classifier itself: a disagreement, an escape and an allocation are each caught."""
+    assert fuzz.classify([("ok", "1", 0), ("ok", "1", 0)])[0] == "same"
+    assert fuzz.classify([("ok", "1", 0), ("ok", "2", 0)])[0] == "different"
+    assert fuzz.classify([("ok", "1", 0), ("error", "x", 0)])[0] == "different"
+    assert fuzz.classify([("error", "x", 0), ("error", "y", 0)])[0] == "error"
+    assert fuzz.classify([("traceback", "KeyError", 0), ("ok", "1", 0)])[0] == "traceback"
+    assert fuzz.classify([("ok", "1", fuzz.MEMORY_LIMIT + 1)])[0] == "memory"
+
+
+def test_seeds_are_small_and_valid(tmp_path: object) -> None:
+    """The seeds are about 1 KB (the size the memory bound is about), and each opens cleanly."""
+    from pathlib import Path
+
+    from lookupdec import formats
+
+    for fmt in fuzz.FORMATS:
+        path = Path(str(tmp_path)) / fmt
+        fuzz.make_seed(fmt, path)
+        assert 0 < path.stat().st_size <= 1280, (fmt, path.stat().st_size)  # ~1 KB (a fork constmap is ~0.9 KB)
+        assert formats.inspect_file(path, verify=fmt != "fork-v1")["n_keys"] > 0
+
+
+def test_memory_limit_is_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_cli reports what an entry point allocates: a 16 MB allocation is seen as a blow-up."""
+    import tracemalloc
+
+    from lookupdec import cli
+
+    def greedy(argv: list[str]) -> int:
+        blob = bytearray(2 * fuzz.MEMORY_LIMIT)
+        return len(blob) * 0
+
+    tracemalloc.start()
+    try:
+        assert fuzz.run_cli(["--version"])[0] == "ok"
+        monkeypatch.setattr(cli, "main", greedy)
+        kind, value, peak = fuzz.run_cli(["inspect", "x"])
+        assert fuzz.classify([(kind, value, peak)])[0] == "memory"
+    finally:
+        tracemalloc.stop()
