@@ -442,6 +442,28 @@ class HybridState:
             self.history.extend(tokens[self.seen :])
             self.seen = n
 
+    def sync(self, tokens: Sequence[int]) -> None:
+        """Add the tokens of ``tokens`` (the whole request so far) not in the history yet.
+
+        :meth:`propose` does this itself; call it when a request ends, so that its last tokens
+        join the history too.
+        """
+        self._sync(tokens)
+
+    def truncate(self, n: int) -> None:
+        """Only the first ``n`` tokens of the last proposal are verified (the caller cut it).
+
+        Keeps :meth:`observe`'s waste count and statistics to the tokens the engine really saw.
+        """
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        m = self.last_llama
+        rest = n - m if n > m else 0
+        if m > n:
+            self.last_llama = n
+        if self.last_suffix > rest:
+            self.last_suffix = rest
+
     def _push_token(self, t: i32) -> None:
         self.history._push(t)
         self.seen += 1

@@ -258,6 +258,25 @@ class HybridState:
         self.history.extend(tokens[self.seen :])
         self.seen = len(tokens)
 
+    def sync(self, tokens: Sequence[int]) -> None:
+        """Add the tokens of ``tokens`` (the whole request so far) not in the history yet.
+
+        :meth:`propose` does this itself; call it when a request ends, so that its last tokens
+        join the history too.
+        """
+        self._sync(tokens)
+
+    def truncate(self, n: int) -> None:
+        """Only the first ``n`` tokens of the last proposal are verified (the caller cut it).
+
+        Keeps :meth:`observe`'s waste count and statistics to the tokens the engine really saw.
+        """
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        m, s = self.last_llama, self.last_suffix
+        self.last_llama = min(m, n)
+        self.last_suffix = min(s, max(n - m, 0))
+
     def extend_draft(self, drafted: list[int], n_draft: int) -> None:
         """Trim and extend ``drafted``, llama.cpp's draft for the current history, in place.
 
