@@ -130,10 +130,11 @@ class Drafter:
     ``history_tokens`` bounds the hybrid policy's history (None: 4,194,304 tokens; the older
     half is dropped when it is full).
 
-    With the hybrid policy, one open request at a time (the *history owner*: the oldest one
-    that proposes while no other owns it) drafts through the suffix history and has its tokens
-    indexed as they come; requests open at the same time meanwhile draft with llama.cpp's rule,
-    and their tokens join the history when they end (after the owner's, if it is still open).
+    With the hybrid policy, one open request at a time (the *history owner*: the first one to
+    start or propose while no other owns it) has its tokens indexed in the suffix history as
+    they come; requests open at the same time match their own last tokens against the history
+    (earlier requests and the owner's tokens so far, not their own), and their tokens join the
+    history when they end (after the owner's, if it is still open).
 
     One thread at a time: the object holds no lock of its own.
     """
@@ -345,7 +346,17 @@ def check_fingerprint(where: str, found: bytes, expected: bytes) -> None:
 class Request:
     """One generation: its tokens so far and its context cache. Made by :meth:`Drafter.request`."""
 
-    __slots__ = ("_context", "_drafter", "_matched", "_observing", "_proposal", "_tokens", "n_accept", "n_drafted")
+    __slots__ = (
+        "_context",
+        "_drafter",
+        "_matched",
+        "_observing",
+        "_proposal",
+        "_step",
+        "_tokens",
+        "n_accept",
+        "n_drafted",
+    )
 
     def __init__(self, drafter: Drafter, prompt: Iterable[int] = ()) -> None:
         tokens = [operator.index(t) for t in prompt]
@@ -357,6 +368,7 @@ class Request:
         self._proposal: list[int] = []
         self._matched = -1  # proposal tokens confirmed so far; -1: no live proposal
         self._observing = False  # the hybrid policy awaits how much of the proposal was accepted
+        self._step: Any = None  # the hybrid policy's bookkeeping of that proposal (HybridState.last_step)
         self.n_drafted = 0
         """Tokens this request proposed."""
         self.n_accept = 0
@@ -395,13 +407,15 @@ class Request:
         observing = False
         if state is not None:
             if self._observing:  # the last proposal's verdict never came: what extend confirmed
-                state.observe(self._matched)
-                self._observing = False
+                self._observe(self._matched)
             if d._hybrid_owner is None:
                 d._claim_history(self)
-            observing = d._hybrid_owner is self and bool(tokens)
+            observing = bool(tokens)
         if observing:
-            proposal: list[int] = state.propose(tokens, n, context, d._dynamic, d._static)
+            # The history owner's tokens are the history's current request; a request open at
+            # the same time matches its own last tokens against the history instead.
+            propose = state.propose if d._hybrid_owner is self else state.propose_detached
+            proposal: list[int] = propose(tokens, n, context, d._dynamic, d._static)
             drafted_len = len(proposal)
         elif tokens and n > 0:
             drafted = [tokens[-1]]
@@ -419,6 +433,7 @@ class Request:
                 state.truncate(len(proposal))
             if proposal:
                 self._observing = True
+                self._step = state.last_step()  # other requests may propose before the verdict
             else:
                 state.observe(0)  # nothing to verify: the step is over
         self._proposal = proposal
@@ -466,8 +481,7 @@ class Request:
             self.n_accept += accepted
             d._n_accept += accepted
             if self._observing and (matched < 0 or matched == len(proposal)):
-                d._hybrid.observe(confirmed + accepted)  # the verdict: how much of it was accepted
-                self._observing = False
+                self._observe(confirmed + accepted)  # the verdict: how much of it was accepted
         tokens = self._tokens
         tokens.extend(new)
         # One update over the new tokens counts exactly what one nnew=1 update per token counts.
@@ -481,13 +495,20 @@ class Request:
         d = self._drafter
         if d._hybrid is not None:
             if self._observing:
-                d._hybrid.observe(self._matched)
-                self._observing = False
+                self._observe(self._matched)
             d._history_end(self)
         self._context = None
         self._proposal = []
         self._matched = -1
         d._end(context)
+
+    def _observe(self, n_accepted: int) -> None:
+        """Tell the hybrid policy that ``n_accepted`` tokens of this request's proposal were accepted."""
+        state = self._drafter._hybrid
+        state.resume_step(self._step)
+        state.observe(n_accepted)
+        self._observing = False
+        self._step = None
 
     def __enter__(self) -> Request:
         return self

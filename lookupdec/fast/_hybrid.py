@@ -371,6 +371,22 @@ class SuffixHistory:
         return 1
 
 
+class HybridStep:
+    """One proposal's bookkeeping (see :meth:`HybridState.last_step`): how many of its tokens were
+    llama.cpp's (of a draft of ``llama_full``) and suffix tokens, and their statistics' cells."""
+
+    llama_full: i64
+    llama: i64
+    suffix: i64
+    cells: vec[i64]
+
+    def __init__(self, llama_full: i64, llama: i64, suffix: i64, cells: vec[i64]) -> None:
+        self.llama_full = llama_full
+        self.llama = llama
+        self.suffix = suffix
+        self.cells = cells
+
+
 class HybridState:
     """Per-drafter state of the hybrid policy: a :class:`SuffixHistory` and acceptance statistics.
 
@@ -468,11 +484,13 @@ class HybridState:
         self.history._push(t)
         self.seen += 1
 
-    def _suffix(self, drafted: vec[i32], base: i64, n_draft: i64) -> vec[i32]:
+    def _suffix(self, drafted: vec[i32], base: i64, n_draft: i64, before: vec[i32]) -> vec[i32]:
         """Trim and extend ``drafted[base:]`` (llama.cpp's draft); returns the vec.
 
         llama.cpp's tokens are kept while the running estimate stays at or above the
-        threshold; suffix-match tokens follow under the same running estimate.
+        threshold; suffix-match tokens follow under the same running estimate. ``before`` is
+        what precedes the draft in the query: empty for the history's current request (its
+        tokens end the stream), else a detached request's last tokens (see :meth:`propose_detached`).
         """
         m_full = i64(len(drafted)) - base
         self.last_llama_full = m_full
@@ -494,7 +512,9 @@ class HybridState:
         self.last_llama = m
         if m >= n_draft:
             return drafted
-        q = vec[i32](capacity=m)
+        q = vec[i32](capacity=i64(len(before)) + m)
+        for j in range(len(before)):
+            q = append(q, before[j])
         for j in range(base, len(drafted)):
             q = append(q, drafted[j])
         h = self.history
@@ -614,11 +634,67 @@ class HybridState:
         if n >= 2:
             tail = draft_core(tail, n, n_draft, NGRAM_MIN, NGRAM_MAX, nc_context, nc_dynamic, st)
         if n >= 1:
-            tail = self._suffix(tail, base, n_draft)
+            tail = self._suffix(tail, base, n_draft, vec[i32]())
         else:
             self.last_llama = 0
             self.last_suffix = 0
         return [int(tail[j]) for j in range(base, len(tail))]
+
+    def propose_detached(
+        self,
+        tokens: Sequence[int],
+        n_draft: int,
+        nc_context: NgramCache,
+        nc_dynamic: NgramCache,
+        nc_static: object = None,
+    ) -> list[int]:
+        """Like :meth:`propose`, for a request that is not the history's current one.
+
+        For a request open at the same time as the one whose tokens the history is following:
+        the match is sought for its own last tokens (``tokens``, the whole request so far),
+        among the history's occurrences; its tokens are not added to the history, so it never
+        matches itself. Observe it like any proposal (see :meth:`last_step`).
+        """
+        if n_draft < 0:
+            raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+        st = as_static_source(nc_static)
+        if st is None:
+            raise TypeError(f"nc_static must be a static cache, a StaticIndex or None, not {type(nc_static).__name__}")
+        n = len(tokens)
+        if n < 1:
+            self.last_llama = 0
+            self.last_suffix = 0
+            return []
+        lo = n - NGRAM_MAX if n > NGRAM_MAX else 0
+        tail = to_vec(tokens, lo)
+        base = i64(len(tail))
+        if n >= 2:
+            tail = draft_core(tail, n, n_draft, NGRAM_MIN, NGRAM_MAX, nc_context, nc_dynamic, st)
+        # The query reaches MAX_MATCH tokens back at most: that many of the request's last
+        # tokens, after a separator when the request is shorter (its start ends any match).
+        if n >= MAX_MATCH:
+            before = to_vec(tokens, n - MAX_MATCH)
+        else:
+            before = append(vec[i32](capacity=n + 1), SEP)
+            rest = to_vec(tokens)
+            for j in range(len(rest)):
+                before = append(before, rest[j])
+        tail = self._suffix(tail, base, n_draft, before)
+        return [int(tail[j]) for j in range(base, len(tail))]
+
+    def last_step(self) -> HybridStep:
+        """The bookkeeping of the last proposal, to :meth:`observe` it later with :meth:`resume_step`.
+
+        Needed when proposals of several requests are outstanding at once.
+        """
+        return HybridStep(self.last_llama_full, self.last_llama, self.last_suffix, self.last_cells)
+
+    def resume_step(self, step: HybridStep) -> None:
+        """Make ``step`` (from :meth:`last_step`) the proposal the next :meth:`observe` is about."""
+        self.last_llama_full = step.llama_full
+        self.last_llama = step.llama
+        self.last_suffix = step.suffix
+        self.last_cells = step.cells
 
     def observe(self, n_accepted: int, committed: Sequence[int] = ()) -> None:
         """Record that the engine accepted the first ``n_accepted`` tokens of the last proposal.
@@ -654,6 +730,7 @@ def replay_hybrid_core(
     t_draft = 0.0
     i_start: i64 = 0
     check_ngram_range(NGRAM_MIN, NGRAM_MAX)
+    own = vec[i32]()  # the query's context is the stream's end (the chunk is the current request)
     while i_start + n_ctx < total:
         t0 = time.perf_counter()
         state.begin_request()
@@ -668,7 +745,7 @@ def replay_hybrid_core(
             base = i64(len(tail))
             if pos >= 2:
                 tail = draft_core(tail, pos, n_draft, NGRAM_MIN, NGRAM_MAX, ctx, dyn, st)
-            tail = state._suffix(tail, base, n_draft)
+            tail = state._suffix(tail, base, n_draft, own)
             nd = i64(len(tail)) - base
             n_drafted += nd
             acc: i64 = 0

@@ -148,18 +148,25 @@ class SuffixHistory:
         for t in tokens:
             self.push(int(t))
 
-    def candidates(self, drafted: Sequence[int], max_candidates: int = MAX_CANDIDATES) -> list[tuple[int, int]]:
+    def candidates(
+        self, drafted: Sequence[int], max_candidates: int = MAX_CANDIDATES, request: Sequence[int] | None = None
+    ) -> list[tuple[int, int]]:
         """Earlier occurrences of the query's suffix as (position, match length), newest first.
 
         The query is the stream followed by ``drafted``; an occurrence's continuation starts at
-        its position. Up to ``max_candidates`` occurrences of the last two tokens, each measured
-        backwards (at most :data:`MAX_MATCH`, never across a separator); if those two tokens
-        never occurred, the newest occurrence of the last token alone, with length 1.
+        its position. With ``request`` (a request not in the stream: its tokens so far), the
+        query is ``request`` followed by ``drafted``, and it starts after a separator. Up to
+        ``max_candidates`` occurrences of the last two tokens, each measured backwards (at most
+        :data:`MAX_MATCH`, never across a separator); if those two tokens never occurred, the
+        newest occurrence of the last token alone, with length 1.
         """
 
         def query(j: int) -> int:  # the query token j places before its end
             if j < len(drafted):
                 return drafted[len(drafted) - 1 - j]
+            if request is not None:
+                i = len(request) - 1 - (j - len(drafted))
+                return request[i] if i >= 0 else SEP
             p = len(self.toks) - 1 - (j - len(drafted))
             return self.toks[p] if p >= 0 else SEP
 
@@ -277,11 +284,12 @@ class HybridState:
         self.last_llama = min(m, n)
         self.last_suffix = min(s, max(n - m, 0))
 
-    def extend_draft(self, drafted: list[int], n_draft: int) -> None:
+    def extend_draft(self, drafted: list[int], n_draft: int, request: Sequence[int] | None = None) -> None:
         """Trim and extend ``drafted``, llama.cpp's draft for the current history, in place.
 
         llama.cpp's tokens are kept while the running estimate stays at or above the
-        threshold; suffix-match tokens follow under the same running estimate.
+        threshold; suffix-match tokens follow under the same running estimate. ``request``: the
+        tokens of a request not in the history (see :meth:`propose_detached`), else None.
         """
         m_full = len(drafted)
         self.last_llama_full, self.last_suffix = m_full, 0
@@ -297,7 +305,7 @@ class HybridState:
         self.last_llama = m
         if m >= n_draft:
             return
-        found = self.history.candidates(drafted, self.max_candidates)
+        found = self.history.candidates(drafted, self.max_candidates, request)
         if not found:
             return
         best = max(length for _, length in found)
@@ -343,6 +351,43 @@ class HybridState:
         else:
             self.last_llama = self.last_suffix = 0
         return out
+
+    def propose_detached(
+        self,
+        tokens: Sequence[int],
+        n_draft: int,
+        nc_context: PartSource,
+        nc_dynamic: PartSource,
+        nc_static: PartSource | None = None,
+    ) -> list[int]:
+        """Like :meth:`propose`, for a request that is not the history's current one.
+
+        For a request open at the same time as the one whose tokens the history is following:
+        the match is sought for its own last tokens (``tokens``, the whole request so far)
+        among the history's occurrences; its tokens are not added to the history (so it never
+        matches itself). Observe it like any proposal (see :meth:`last_step`).
+        """
+        if n_draft < 0:
+            raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+        if not tokens:
+            self.last_llama = self.last_suffix = 0
+            return []
+        drafted = [tokens[-1]]
+        draft(tokens, drafted, n_draft, NGRAM_MIN, NGRAM_MAX, nc_context, nc_dynamic, nc_static or NgramCache())
+        out = drafted[1:]
+        self.extend_draft(out, n_draft, tokens)
+        return out
+
+    def last_step(self) -> tuple[int, int, int, list[tuple[int, int]]]:
+        """The bookkeeping of the last proposal, to :meth:`observe` it later with :meth:`resume_step`.
+
+        Needed when proposals of several requests are outstanding at once.
+        """
+        return (self.last_llama_full, self.last_llama, self.last_suffix, self.last_cells)
+
+    def resume_step(self, step: tuple[int, int, int, list[tuple[int, int]]]) -> None:
+        """Make ``step`` (from :meth:`last_step`) the proposal the next :meth:`observe` is about."""
+        self.last_llama_full, self.last_llama, self.last_suffix, self.last_cells = step
 
     def observe(self, n_accepted: int, committed: Sequence[int] = ()) -> None:
         """Record that the first ``n_accepted`` tokens of the last proposal were accepted.
