@@ -621,24 +621,7 @@ class HybridState:
         is shorter than ``n_draft``, the continuation of the longest earlier match of the
         sequence's suffix in the history, as long as the estimated acceptance allows.
         """
-        if n_draft < 0:
-            raise ValueError(f"n_draft must be >= 0, got {n_draft}")
-        self._sync(tokens)
-        st = as_static_source(nc_static)
-        if st is None:
-            raise TypeError(f"nc_static must be a static cache, a StaticIndex or None, not {type(nc_static).__name__}")
-        n = len(tokens)
-        lo = n - NGRAM_MAX if n > NGRAM_MAX else 0
-        tail = to_vec(tokens, lo)
-        base = i64(len(tail))
-        if n >= 2:
-            tail = draft_core(tail, n, n_draft, NGRAM_MIN, NGRAM_MAX, nc_context, nc_dynamic, st)
-        if n >= 1:
-            tail = self._suffix(tail, base, n_draft, vec[i32]())
-        else:
-            self.last_llama = 0
-            self.last_suffix = 0
-        return [int(tail[j]) for j in range(base, len(tail))]
+        return self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, False)
 
     def propose_detached(
         self,
@@ -655,8 +638,21 @@ class HybridState:
         among the history's occurrences; its tokens are not added to the history, so it never
         matches itself. Observe it like any proposal (see :meth:`last_step`).
         """
+        return self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, True)
+
+    def _propose(
+        self,
+        tokens: Sequence[int],
+        n_draft: int,
+        nc_context: NgramCache,
+        nc_dynamic: NgramCache,
+        nc_static: object,
+        detached: bool,
+    ) -> list[int]:
         if n_draft < 0:
             raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+        if not detached:
+            self._sync(tokens)
         st = as_static_source(nc_static)
         if st is None:
             raise TypeError(f"nc_static must be a static cache, a StaticIndex or None, not {type(nc_static).__name__}")
@@ -670,15 +666,17 @@ class HybridState:
         base = i64(len(tail))
         if n >= 2:
             tail = draft_core(tail, n, n_draft, NGRAM_MIN, NGRAM_MAX, nc_context, nc_dynamic, st)
-        # The query reaches MAX_MATCH tokens back at most: that many of the request's last
-        # tokens, after a separator when the request is shorter (its start ends any match).
-        if n >= MAX_MATCH:
-            before = to_vec(tokens, n - MAX_MATCH)
-        else:
-            before = append(vec[i32](capacity=n + 1), SEP)
-            rest = to_vec(tokens)
-            for j in range(len(rest)):
-                before = append(before, rest[j])
+        before = vec[i32]()  # attached: the query goes on into the stream, whose end is this request
+        if detached:
+            # The query reaches MAX_MATCH tokens back at most: that many of the request's last
+            # tokens, after a separator when the request is shorter (its start ends any match).
+            if n >= MAX_MATCH:
+                before = to_vec(tokens, n - MAX_MATCH)
+            else:
+                before = append(before, SEP)
+                rest = to_vec(tokens)
+                for j in range(len(rest)):
+                    before = append(before, rest[j])
         tail = self._suffix(tail, base, n_draft, before)
         return [int(tail[j]) for j in range(base, len(tail))]
 

@@ -340,17 +340,7 @@ class HybridState:
         nc_static: PartSource | None = None,
     ) -> list[int]:
         """Up to ``n_draft`` tokens to verify after ``tokens`` (the whole request so far)."""
-        if n_draft < 0:
-            raise ValueError(f"n_draft must be >= 0, got {n_draft}")
-        self._sync(tokens)
-        drafted = [tokens[-1]] if tokens else [0]
-        draft(tokens, drafted, n_draft, NGRAM_MIN, NGRAM_MAX, nc_context, nc_dynamic, nc_static or NgramCache())
-        out = drafted[1:]
-        if tokens:
-            self.extend_draft(out, n_draft)
-        else:
-            self.last_llama = self.last_suffix = 0
-        return out
+        return self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached=False)
 
     def propose_detached(
         self,
@@ -367,15 +357,28 @@ class HybridState:
         among the history's occurrences; its tokens are not added to the history (so it never
         matches itself). Observe it like any proposal (see :meth:`last_step`).
         """
+        return self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached=True)
+
+    def _propose(
+        self,
+        tokens: Sequence[int],
+        n_draft: int,
+        nc_context: PartSource,
+        nc_dynamic: PartSource,
+        nc_static: PartSource | None,
+        detached: bool,
+    ) -> list[int]:
         if n_draft < 0:
             raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+        if not detached:
+            self._sync(tokens)
         if not tokens:
             self.last_llama = self.last_suffix = 0
             return []
         drafted = [tokens[-1]]
         draft(tokens, drafted, n_draft, NGRAM_MIN, NGRAM_MAX, nc_context, nc_dynamic, nc_static or NgramCache())
         out = drafted[1:]
-        self.extend_draft(out, n_draft, tokens)
+        self.extend_draft(out, n_draft, tokens if detached else None)
         return out
 
     def last_step(self) -> tuple[int, int, int, list[tuple[int, int]]]:
