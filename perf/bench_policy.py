@@ -14,6 +14,11 @@ llama.cpp times ``t_draft``).
 
     python -m perf policy                 # both sets, markdown table on stdout
     python -m perf policy --sets wikitext --repeats 5 --json results/policy.json
+    python -m perf policy --corpus-history   # adds "hybrid+corpus": the static corpus preloaded in the history
+
+``--corpus-history`` approximates the issue's optional suffix structure over the corpus: the
+static index's corpus is appended to a ``SuffixHistory`` (in memory, as one earlier request)
+before the replay, ``replay(..., policy="hybrid", history=...)``; its build time is not timed.
 """
 
 from __future__ import annotations
@@ -52,16 +57,31 @@ def static_index(fast: Any, corpus: list[int], path: Path) -> Any:
     return fast.load_static(str(path))
 
 
-def run_set(fast: Any, name: str, replay: list[int], static: Any, repeats: int) -> list[dict[str, Any]]:
-    times: dict[str, list[float]] = {p: [] for p in POLICIES}
+def corpus_history(fast: Any, corpus: list[int]) -> Any:
+    """A fresh hybrid history holding ``corpus`` as one earlier request."""
+    history = fast.SuffixHistory()
+    history.add_separator()
+    history.extend(corpus)
+    return history
+
+
+def run_set(
+    fast: Any, name: str, replay: list[int], static: Any, repeats: int, corpus: list[int] | None = None
+) -> list[dict[str, Any]]:
+    variants = [*POLICIES, "hybrid+corpus"] if corpus is not None else list(POLICIES)
+    times: dict[str, list[float]] = {p: [] for p in variants}
     last: dict[str, Any] = {}
     for _ in range(repeats):
-        for policy in POLICIES:  # interleaved: both policies see the same machine load
-            r = fast.replay(replay, N_CTX, N_DRAFT, static, None, None, policy)
-            times[policy].append(1e6 * r.t_draft_s / r.n_steps)
-            last[policy] = r
+        for variant in variants:  # interleaved: every variant sees the same machine load
+            if variant == "hybrid+corpus":
+                history = corpus_history(fast, corpus or [])
+                r = fast.replay(replay, N_CTX, N_DRAFT, static, None, None, "hybrid", history)
+            else:
+                r = fast.replay(replay, N_CTX, N_DRAFT, static, None, None, variant)
+            times[variant].append(1e6 * r.t_draft_s / r.n_steps)
+            last[variant] = r
     rows = []
-    for policy in POLICIES:
+    for policy in variants:
         r = last[policy]
         rows.append(
             {
@@ -89,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="replays per policy (interleaved); median time")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--cache-dir", metavar="DIR", help="where the static index files are kept (default: a temp dir)")
+    p.add_argument(
+        "--corpus-history", action="store_true", help="also replay with the static corpus preloaded in the history"
+    )
     args = p.parse_args(argv)
 
     from lookupdec import fast
@@ -109,11 +132,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in args.sets.split(","):
         if name == "wikitext":
             static = static_index(fast, corpus, cache / "enwiki_wt.10M.lkdc")
-            rows += run_set(fast, name, read_tokens(d / REPLAY_FILE), static, args.repeats)
+            extra = corpus if args.corpus_history else None
+            rows += run_set(fast, name, read_tokens(d / REPLAY_FILE), static, args.repeats, extra)
         elif name == "heldout":
             half = len(corpus) // 2
             static = static_index(fast, corpus[:half], cache / "enwiki_wt.10M.first-half.lkdc")
-            rows += run_set(fast, name, corpus[half:], static, args.repeats)
+            extra = corpus[:half] if args.corpus_history else None
+            rows += run_set(fast, name, corpus[half:], static, args.repeats, extra)
         else:
             p.error(f"unknown set {name!r}")
     print("| set | policy | tokens/step | vs llama | accepted | drafted | wasted/step | µs/step (median) |")
