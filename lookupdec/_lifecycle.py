@@ -128,7 +128,10 @@ class Drafter:
     drafts), or ``"hybrid"``, llama.cpp's drafts continued by a suffix match over this Drafter's
     requests (exactly ``replay(..., policy="hybrid")``'s drafts when requests run one at a time).
     ``history_tokens`` bounds the hybrid policy's history (None: 4,194,304 tokens; the older
-    half is dropped when it is full).
+    half is dropped when it is full). ``corpus`` (hybrid only): token ids put in the history
+    first, as one earlier request, so that the suffix match also follows the corpus (in memory:
+    built in time and memory linear in its length, and evicted like any history once
+    ``history_tokens`` more tokens have come).
 
     With the hybrid policy, one open request at a time (the *history owner*: the first one to
     start or propose while no other owns it) has its tokens indexed in the suffix history as
@@ -153,6 +156,7 @@ class Drafter:
         vocab_fingerprint: bytes | None = None,
         in_memory: bool = False,
         history_tokens: int | None = None,
+        corpus: Iterable[int] | None = None,
     ) -> None:
         if not hasattr(type(self), "primitives"):
             raise TypeError("use the Drafter of an implementation: lookupdec.Drafter, lookupdec.fast.Drafter, ...")
@@ -170,6 +174,8 @@ class Drafter:
             raise ValueError(f"the {p.name} implementation has no hybrid policy")
         if history_tokens is not None and policy != "hybrid":
             raise ValueError("history_tokens bounds the hybrid policy's history: give it with policy='hybrid'")
+        if corpus is not None and policy != "hybrid":
+            raise ValueError("corpus is matched by the hybrid policy: give it with policy='hybrid'")
         self.n_draft = n_draft
         """Tokens a proposal holds at most (``propose(k)`` asks for fewer or more)."""
         self.policy = policy
@@ -206,6 +212,12 @@ class Drafter:
         # following, and the tokens of requests that ended while that one was open: they join
         # the history after it, so that a request's tokens stay contiguous there.
         self._hybrid: Any = p.new_hybrid(history_tokens) if policy == "hybrid" and p.new_hybrid else None
+        if corpus is not None:
+            ids = [operator.index(t) for t in corpus]
+            self._check_ids(ids, "corpus token")
+            state: Any = self._hybrid  # the implementation's HybridState (policy is "hybrid" here)
+            state.begin_request()  # the corpus is one earlier request of the history
+            state.sync(ids)
         self._hybrid_owner: Request | None = None
         self._hybrid_waiting: list[list[int]] = []
 

@@ -249,6 +249,25 @@ class DrafterTests(ImplTests):
         if history_tokens is not None:
             assert state.history.n_evictions == history.n_evictions > 0
 
+    def test_hybrid_corpus_is_an_earlier_request(self) -> None:
+        # Drafter(corpus=...) equals a replay whose history starts with the corpus as one request.
+        text, corpus = demo_tokens()
+        static = self.static()
+        history = self.impl.SuffixHistory()
+        history.add_separator()
+        history.extend(corpus[:20_000])
+        expected = self.impl.replay(text, N_CTX, 8, static, None, None, "hybrid", history)
+        plain = self.impl.replay(text, N_CTX, 8, static, None, None, "hybrid")
+        drafter = self.impl.Drafter(static=static, policy="hybrid", corpus=corpus[:20_000])
+        drive(drafter, text, N_CTX)
+        assert (expected.n_drafted, expected.n_accept) != (plain.n_drafted, plain.n_accept)  # it changes the drafts
+        assert (drafter.stats.n_drafted, drafter.stats.n_accept) == (expected.n_drafted, expected.n_accept)
+        assert drafter.policy_state.history.tokens() == history.tokens()
+        with pytest.raises(ValueError, match=r"corpus .* policy='hybrid'"):
+            self.impl.Drafter(corpus=corpus[:10])
+        with pytest.raises(VocabularyError, match="corpus token 1 is -5"):
+            self.impl.Drafter(policy="hybrid", corpus=[1, -5])
+
     def test_hybrid_llama_default_is_unchanged(self) -> None:
         drafter = self.impl.Drafter()
         assert drafter.policy == "llama" and drafter.policy_state is None
