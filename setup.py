@@ -18,7 +18,12 @@ from typing import Any
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-HOT_MODULES = ["lookupdec/fast/_core.py", "lookupdec/fast/_index.py", "lookupdec/build/_probe.py"]
+HOT_MODULES = [
+    "lookupdec/fast/_core.py",
+    "lookupdec/fast/_index.py",
+    "lookupdec/fast/_hybrid.py",
+    "lookupdec/build/_probe.py",
+]
 REQUIRE = os.environ.get("LOOKUPDEC_REQUIRE_MYPYC") == "1"
 SKIP = os.environ.get("LOOKUPDEC_NO_MYPYC") == "1"
 

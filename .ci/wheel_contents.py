@@ -2,7 +2,7 @@
 
 Usage: ``python .ci/wheel_contents.py [--pure] DIST...`` (wheels ``*.whl``, sdists ``*.tar.gz``).
 
-- a compiled wheel holds ``lookupdec/fast/_core`` and ``_index`` extension modules and the shared
+- a compiled wheel holds an extension module for each of setup.py's ``HOT_MODULES`` and the shared
   library ``lookupdec__mypyc`` they load; a ``--pure`` wheel holds no extension module at all;
 - a wheel holds only ``lookupdec/``, ``lookupdec__mypyc.*`` and its ``.dist-info``: no tests, perf
   harness, build backend, generated C, object files or build directories;
@@ -17,6 +17,7 @@ Prints each file's size and entry count; exits 1 naming every problem.
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -54,7 +55,7 @@ def check_wheel(path: Path, pure: bool) -> list[str]:
     if pure:
         problems += [f"{n}: an extension module in the pure-Python wheel" for n in ext]
     else:
-        for stem in ("lookupdec/fast/_core.", "lookupdec/fast/_index.", "lookupdec__mypyc."):
+        for stem in (*(m.removesuffix(".py") + "." for m in hot_modules()), "lookupdec__mypyc."):
             if not any(n.startswith(stem) for n in ext):
                 problems.append(f"no compiled {stem}* extension module")
     print(f"{path.name}: {path.stat().st_size / 1024:.0f} KiB, {len(names)} entries; extension modules:")
@@ -63,6 +64,18 @@ def check_wheel(path: Path, pure: bool) -> list[str]:
     if not ext:
         print("    (none)")
     return problems
+
+
+def hot_modules() -> list[str]:
+    """setup.py's ``HOT_MODULES`` (read, not imported: importing setup.py would run setup())."""
+    tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        names = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+        if isinstance(node, ast.Assign) and "HOT_MODULES" in names:
+            value = ast.literal_eval(node.value)
+            assert isinstance(value, list)
+            return [str(m) for m in value]
+    raise SystemExit("wheel_contents: setup.py has no HOT_MODULES list")
 
 
 def check_sdist(path: Path) -> list[str]:

@@ -49,6 +49,9 @@ NGRAM_MIN: int = _impl.NGRAM_MIN
 NGRAM_MAX: int = _impl.NGRAM_MAX
 NGRAM_STATIC: int = _impl.NGRAM_STATIC
 TOKEN_NULL: int = _impl.TOKEN_NULL
+HybridState = _impl.HybridState
+SuffixHistory = _impl.SuffixHistory
+POLICIES: tuple[str, ...] = _impl.POLICIES
 
 from lookupdec.result import ReplayResult  # noqa: E402  (after the implementation is chosen)
 
@@ -72,10 +75,13 @@ __all__ = [
     "NGRAM_MAX",
     "NGRAM_MIN",
     "NGRAM_STATIC",
+    "POLICIES",
     "TOKEN_NULL",
     "Drafter",
+    "HybridState",
     "NgramCache",
     "ReplayResult",
+    "SuffixHistory",
     "__version__",
     "build_static",
     "draft",

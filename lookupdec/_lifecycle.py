@@ -11,6 +11,11 @@ The loop is llama.cpp's ``examples/lookup``: the prompt's n-grams are counted in
 context cache, each step drafts from context, dynamic and static caches, the tokens the model
 commits are counted one by one (``common_ngram_cache_update(..., nnew=1)``), and when the
 request ends its context cache is merged into the dynamic cache.
+
+With ``policy="hybrid"`` the Drafter also holds one hybrid-policy state (the implementation's
+``HybridState``: a bounded suffix history shared by its requests and the acceptance
+statistics): a request begins in it when it starts, proposes through it, tells it how much of
+each proposal was accepted as ``extend`` confirms it, and hands it its last tokens when it ends.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from lookupdec._shared_file import merge_into_file
 from lookupdec.errors import RequestClosedError, VocabularyError
 
 INT32_MAX = 2**31 - 1
-POLICIES = ("llama",)
-"""Drafting policies a Drafter accepts: ``"llama"`` is llama.cpp's ``common_ngram_cache_draft``."""
+POLICIES = ("llama", "hybrid")
+"""Drafting policies a Drafter accepts: ``"llama"`` is llama.cpp's ``common_ngram_cache_draft``
+(the default, exact); ``"hybrid"`` is llama.cpp's drafts continued by a suffix match (README,
+"The hybrid policy")."""
 
 _INDEX_MAGIC = b"LKDCIDX\0"
 _FINGERPRINT = struct.Struct("<8xQ")  # bytes 48..63 of a lookupdec index: vocab_size, fingerprint
@@ -70,6 +77,9 @@ class Primitives:
     load_static: Callable[..., Any]
     ngram_min: int
     ngram_max: int
+    new_hybrid: Callable[[int | None], Any] | None = None
+    """A fresh ``HybridState`` over a ``SuffixHistory`` of at most that many tokens (None: its
+    default); None when the implementation has no hybrid policy."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +124,20 @@ class Drafter:
 
     ``vocab_size`` (when known) bounds the token ids requests accept; ``vocab_fingerprint`` (8
     bytes, ``lookupdec.tokens.vocab_info``) is compared with a lookupdec static index's. The
-    ``policy`` is how a proposal is drafted: ``"llama"``, llama.cpp's own.
+    ``policy`` is how a proposal is drafted: ``"llama"``, llama.cpp's own (exactly ``replay``'s
+    drafts), or ``"hybrid"``, llama.cpp's drafts continued by a suffix match over this Drafter's
+    requests (exactly ``replay(..., policy="hybrid")``'s drafts when requests run one at a time).
+    ``history_tokens`` bounds the hybrid policy's history (None: 4,194,304 tokens; the older
+    half is dropped when it is full). ``corpus`` (hybrid only): token ids put in the history
+    first, as one earlier request, so that the suffix match also follows the corpus (in memory:
+    built in time and memory linear in its length, and evicted like any history once
+    ``history_tokens`` more tokens have come).
+
+    With the hybrid policy, one open request at a time (the *history owner*: the first one to
+    start or propose while no other owns it) has its tokens indexed in the suffix history as
+    they come; requests open at the same time match their own last tokens against the history
+    (earlier requests and the owner's tokens so far, not their own), and their tokens join the
+    history when they end (after the owner's, if it is still open).
 
     One thread at a time: the object holds no lock of its own.
     """
@@ -132,6 +155,8 @@ class Drafter:
         vocab_size: int | None = None,
         vocab_fingerprint: bytes | None = None,
         in_memory: bool = False,
+        history_tokens: int | None = None,
+        corpus: Iterable[int] | None = None,
     ) -> None:
         if not hasattr(type(self), "primitives"):
             raise TypeError("use the Drafter of an implementation: lookupdec.Drafter, lookupdec.fast.Drafter, ...")
@@ -145,6 +170,12 @@ class Drafter:
         if vocab_fingerprint is not None and len(vocab_fingerprint) != 8:
             raise ValueError(f"vocab_fingerprint must be 8 bytes, got {len(vocab_fingerprint)}")
         p = self.primitives
+        if policy == "hybrid" and p.new_hybrid is None:
+            raise ValueError(f"the {p.name} implementation has no hybrid policy")
+        if history_tokens is not None and policy != "hybrid":
+            raise ValueError("history_tokens bounds the hybrid policy's history: give it with policy='hybrid'")
+        if corpus is not None and policy != "hybrid":
+            raise ValueError("corpus is matched by the hybrid policy: give it with policy='hybrid'")
         self.n_draft = n_draft
         """Tokens a proposal holds at most (``propose(k)`` asks for fewer or more)."""
         self.policy = policy
@@ -177,6 +208,18 @@ class Drafter:
         self._ngram_max = p.ngram_max
         self._requests = self._proposals = self._n_drafted = self._n_accept = 0
         self._open = 0
+        # The hybrid policy's state (None for "llama"), the request whose tokens its history is
+        # following, and the tokens of requests that ended while that one was open: they join
+        # the history after it, so that a request's tokens stay contiguous there.
+        self._hybrid: Any = p.new_hybrid(history_tokens) if policy == "hybrid" and p.new_hybrid else None
+        if corpus is not None:
+            ids = [operator.index(t) for t in corpus]
+            self._check_ids(ids, "corpus token")
+            state: Any = self._hybrid  # the implementation's HybridState (policy is "hybrid" here)
+            state.begin_request()  # the corpus is one earlier request of the history
+            state.sync(ids)
+        self._hybrid_owner: Request | None = None
+        self._hybrid_waiting: list[list[int]] = []
 
     def _open_static(
         self, static: str | os.PathLike[str] | PartSource | None, fingerprint: bytes | None, in_memory: bool
@@ -226,6 +269,11 @@ class Drafter:
         return self._static
 
     @property
+    def policy_state(self) -> Any:
+        """The hybrid policy's ``HybridState`` (its ``history``, ``threshold``, ...); None for ``"llama"``."""
+        return self._hybrid
+
+    @property
     def dynamic_path(self) -> str | None:
         """The file :meth:`save` writes by default (the ``dynamic`` path given, if any)."""
         return self._dynamic_path
@@ -261,6 +309,29 @@ class Drafter:
             self._added.merge(context)
         self._open -= 1
 
+    # --- the hybrid policy's history ----------------------------------------------------
+
+    def _claim_history(self, request: Request) -> None:
+        """Make ``request`` the history owner: a new request in the suffix history."""
+        self._hybrid.begin_request()
+        self._hybrid_owner = request
+
+    def _history_end(self, request: Request) -> None:
+        """``request`` ended: its tokens complete the history (now, or after the owner's)."""
+        state = self._hybrid
+        if request is self._hybrid_owner:
+            state.sync(request._tokens)
+            self._hybrid_owner = None
+            waiting, self._hybrid_waiting = self._hybrid_waiting, []
+            for tokens in waiting:
+                state.begin_request()
+                state.sync(tokens)
+        elif self._hybrid_owner is None:
+            state.begin_request()
+            state.sync(request._tokens)
+        else:
+            self._hybrid_waiting.append(request._tokens)
+
     def _check_ids(self, ids: list[int], what: str) -> None:
         if ids and (min(ids) < 0 or max(ids) >= self._id_limit):
             for i, t in enumerate(ids):
@@ -270,7 +341,7 @@ class Drafter:
 
     def __repr__(self) -> str:
         return (
-            f"<{self.primitives.name}.Drafter n_draft={self.n_draft} open={self._open} "
+            f"<{self.primitives.name}.Drafter n_draft={self.n_draft} policy={self.policy} open={self._open} "
             f"requests={self._requests} dynamic={self._dynamic_path or 'memory'}>"
         )
 
@@ -287,7 +358,17 @@ def check_fingerprint(where: str, found: bytes, expected: bytes) -> None:
 class Request:
     """One generation: its tokens so far and its context cache. Made by :meth:`Drafter.request`."""
 
-    __slots__ = ("_context", "_drafter", "_matched", "_proposal", "_tokens", "n_accept", "n_drafted")
+    __slots__ = (
+        "_context",
+        "_drafter",
+        "_matched",
+        "_observing",
+        "_proposal",
+        "_step",
+        "_tokens",
+        "n_accept",
+        "n_drafted",
+    )
 
     def __init__(self, drafter: Drafter, prompt: Iterable[int] = ()) -> None:
         tokens = [operator.index(t) for t in prompt]
@@ -298,12 +379,16 @@ class Request:
         self._context.update(tokens, len(tokens))
         self._proposal: list[int] = []
         self._matched = -1  # proposal tokens confirmed so far; -1: no live proposal
+        self._observing = False  # the hybrid policy awaits how much of the proposal was accepted
+        self._step: Any = None  # the hybrid policy's bookkeeping of that proposal (HybridState.last_step)
         self.n_drafted = 0
         """Tokens this request proposed."""
         self.n_accept = 0
         """Proposed tokens this request's ``extend`` calls confirmed."""
         drafter._requests += 1
         drafter._open += 1
+        if drafter._hybrid is not None and drafter._hybrid_owner is None:
+            drafter._claim_history(self)
 
     @property
     def tokens(self) -> Sequence[int]:
@@ -330,7 +415,21 @@ class Request:
         if n < 0:
             raise ValueError(f"k must be >= 0, got {n}")
         tokens = self._tokens
-        if tokens and n > 0:
+        state = d._hybrid
+        observing = False
+        if state is not None:
+            if self._observing:  # the last proposal's verdict never came: what extend confirmed
+                self._observe(self._matched)
+            if d._hybrid_owner is None:
+                d._claim_history(self)
+            observing = bool(tokens)
+        if observing:
+            # The history owner's tokens are the history's current request; a request open at
+            # the same time matches its own last tokens against the history instead.
+            propose = state.propose if d._hybrid_owner is self else state.propose_detached
+            proposal: list[int] = propose(tokens, n, context, d._dynamic, d._static)
+            drafted_len = len(proposal)
+        elif tokens and n > 0:
             drafted = [tokens[-1]]
             d._draft(tokens, drafted, n, d._ngram_min, d._ngram_max, context, d._dynamic, d._static)
             proposal = drafted[1:]
@@ -341,6 +440,14 @@ class Request:
                 if t in stop:
                     del proposal[i:]
                     break
+        if observing:
+            if len(proposal) < drafted_len:
+                state.truncate(len(proposal))
+            if proposal:
+                self._observing = True
+                self._step = state.last_step()  # other requests may propose before the verdict
+            else:
+                state.observe(0)  # nothing to verify: the step is over
         self._proposal = proposal
         self._matched = 0
         self.n_drafted += len(proposal)
@@ -374,6 +481,7 @@ class Request:
         if matched >= 0:
             proposal = self._proposal
             accepted = 0
+            confirmed = matched
             for t in new:
                 if matched + accepted >= len(proposal) or proposal[matched + accepted] != t:
                     matched = -1
@@ -384,6 +492,8 @@ class Request:
             self._matched = matched
             self.n_accept += accepted
             d._n_accept += accepted
+            if self._observing and (matched < 0 or matched == len(proposal)):
+                self._observe(confirmed + accepted)  # the verdict: how much of it was accepted
         tokens = self._tokens
         tokens.extend(new)
         # One update over the new tokens counts exactly what one nnew=1 update per token counts.
@@ -394,10 +504,23 @@ class Request:
         context = self._context
         if context is None:
             return
+        d = self._drafter
+        if d._hybrid is not None:
+            if self._observing:
+                self._observe(self._matched)
+            d._history_end(self)
         self._context = None
         self._proposal = []
         self._matched = -1
-        self._drafter._end(context)
+        d._end(context)
+
+    def _observe(self, n_accepted: int) -> None:
+        """Tell the hybrid policy that ``n_accepted`` tokens of this request's proposal were accepted."""
+        state = self._drafter._hybrid
+        state.resume_step(self._step)
+        state.observe(n_accepted)
+        self._observing = False
+        self._step = None
 
     def __enter__(self) -> Request:
         return self

@@ -241,6 +241,7 @@ def replay_stats(
     in_memory: bool = False,
     verify: bool = False,
     progress: ProgressCallback | None = None,
+    policy: str = "llama",
 ) -> dict[str, Any]:
     """Load the caches, replay ``tokens`` like llama-lookup-stats, and return the ``stats --json`` fields."""
     from lookupdec.formats import detect_format
@@ -249,9 +250,10 @@ def replay_stats(
     nc_static = load_static(impl, static, in_memory=in_memory, verify=verify) if static is not None else None
     nc_dynamic = load_dynamic(impl, dynamic)
     t_load = time.perf_counter() - t0
-    result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress)
+    result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress, policy)
     t_draft = result.t_draft_s
     return {
+        "policy": result.policy,
         "n_tokens": result.n_tokens,
         "n_ctx": result.n_ctx,
         "n_draft": result.n_draft,
@@ -259,6 +261,10 @@ def replay_stats(
         "n_drafted": result.n_drafted,
         "n_accept": result.n_accept,
         "accept": result.accept,
+        "n_steps": result.n_steps,
+        "tokens_per_step": result.tokens_per_step,
+        "wasted_per_step": result.wasted_per_step,
+        "us_per_step": 1e6 * t_draft / result.n_steps if result.n_steps else 0.0,
         "t_draft_ms": 1e3 * t_draft,
         "t_load_ms": 1e3 * t_load,
         "t_draft_flat_ms": 1e3 * t_load,

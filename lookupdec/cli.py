@@ -252,6 +252,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             in_memory=args.load,
             verify=args.verify,
             progress=progress,
+            policy=args.policy,
         )
     stats["replay"] = args.replay
     if len(tokens) <= args.n_ctx:
@@ -279,6 +280,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(
         f"impl         = {stats['impl']} (compiled: {'yes' if stats['compiled'] else 'no'}), "
         f"peak RSS {stats['peak_rss_mb']:.1f} MB"
+    )
+    print(
+        f"policy       = {stats['policy']}: {stats['n_steps']} steps, {stats['tokens_per_step']:.4f} tokens "
+        f"per step, {stats['wasted_per_step']:.3f} wasted drafts per step"
     )
     return EXIT_OK
 
@@ -665,6 +670,7 @@ def build_parser() -> argparse.ArgumentParser:
             lookupdec stats wiki.test.raw.llama3.bin
             lookupdec stats --tokens wiki.test.raw.llama3.bin -lcs enwiki.lkdc -c 4096 --n-draft 8
             lookupdec stats wiki.test.raw --tokenizer tokenizer.json -lcs static.bin --json
+            lookupdec stats wiki.test.raw.llama3.bin -lcs enwiki.lkdc --policy hybrid --json
             """,
         func=cmd_stats,
     )
@@ -679,6 +685,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _add_replay_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of llama.cpp's lines")
+    p.add_argument(
+        "--policy", choices=("llama", "hybrid"), default="llama",
+        help="drafting policy: 'llama' is llama.cpp's rule, exactly (default); 'hybrid' continues its drafts "
+        "with the longest suffix match over the chunks replayed so far (more tokens per step, more drafted; "
+        "see README 'The hybrid policy')",
+    )  # fmt: skip
     p.add_argument(
         "--load", action="store_true",
         help="copy the static file into memory instead of memory-mapping it (fastest lookups, slower open). "

@@ -11,7 +11,9 @@ class ReplayResult:
     """Counts and timings of one llama-lookup-stats replay (spec 8.2).
 
     ``t_draft_s`` covers the draft calls and the context-cache updates, as llama.cpp's
-    ``t_draft`` does; loading caches is timed by the caller.
+    ``t_draft`` does; loading caches is timed by the caller. ``n_steps`` counts verification
+    steps (iterations of the loop, including each chunk's first one, which cannot draft);
+    ``policy`` is the drafting policy replayed.
     """
 
     n_ctx: int
@@ -21,6 +23,22 @@ class ReplayResult:
     n_drafted: int
     n_accept: int
     t_draft_s: float
+    n_steps: int = 0
+    policy: str = "llama"
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens gained per verification step, ``(n_accept + n_steps) / n_steps`` (0 without steps).
+
+        Every step of the llama-lookup-stats loop verifies one draft (possibly empty) and gains
+        the accepted drafted tokens plus the one token the model samples.
+        """
+        return (self.n_accept + self.n_steps) / self.n_steps if self.n_steps else 0.0
+
+    @property
+    def wasted_per_step(self) -> float:
+        """Drafted tokens that were not accepted, per verification step (0 without steps)."""
+        return (self.n_drafted - self.n_accept) / self.n_steps if self.n_steps else 0.0
 
     @property
     def accept(self) -> float:
@@ -38,4 +56,7 @@ class ReplayResult:
         d["accept"] = self.accept
         d["t_draft_ms"] = 1e3 * self.t_draft_s
         d["us_per_drafted_token"] = self.us_per_drafted_token
+        d["tokens_per_step"] = self.tokens_per_step
+        d["wasted_per_step"] = self.wasted_per_step
+        d["us_per_step"] = 1e6 * self.t_draft_s / self.n_steps if self.n_steps else 0.0
         return d

@@ -15,6 +15,7 @@ COMMANDS = {
     "table": ("perf.table", "the issue-3 table (markdown) from stored results"),
     "track": ("perf.track", "build two commits and compare them, interleaved (what perf.yml runs)"),
     "history": ("perf.history", "keep and plot per-runner results of main (perf.yml on main)"),
+    "policy": ("perf.bench_policy", "drafting policies: tokens per step, waste and µs per step (issue 13)"),
 }
 
 

@@ -14,6 +14,9 @@ from the shared data, else the shipped demo text) with the "model" choosing the 
     python -m perf.bench_drafter --impl fast --rounds 5
     python -m perf.bench_drafter --impl fast --static        # with the demo corpus as static cache
     python -m perf.bench_drafter --impl fast --accept        # acceptance on the shipped demo replay
+    python -m perf.bench_drafter --impl fast --accept --policy hybrid   # the same with the hybrid policy
+
+``--policy`` (default ``llama``) is the Drafters' policy in every measurement.
 """
 
 from __future__ import annotations
@@ -77,9 +80,9 @@ def one_request_bare(impl: Any, static: Any, text: list[int]) -> tuple[float, in
     return time.perf_counter() - t0, steps
 
 
-def one_request_drafter(impl: Any, static: Any, text: list[int]) -> tuple[float, int]:
+def one_request_drafter(impl: Any, static: Any, text: list[int], policy: str = "llama") -> tuple[float, int]:
     """Seconds and steps of the same request through ``Drafter.request`` (propose + extend)."""
-    drafter = impl.Drafter(static=static, n_draft=K)
+    drafter = impl.Drafter(static=static, n_draft=K, policy=policy)
     steps = 0
     t0 = time.perf_counter()
     with drafter.request(text[:1]) as req:
@@ -114,10 +117,12 @@ class Batch:
         return min(self.n_tokens) < CTX
 
 
-def batch_proposer(impl: Any, static: Any, text: list[int], prompt: int) -> tuple[float, int, Any]:
+def batch_proposer(
+    impl: Any, static: Any, text: list[int], prompt: int, policy: str = "llama"
+) -> tuple[float, int, Any]:
     """Seconds inside ``LookupProposer.propose`` and the number of batches, until every row is full."""
     b = Batch(text, prompt)
-    proposer = LookupProposer(_config(), drafter=impl.Drafter(static=static, n_draft=K))
+    proposer = LookupProposer(_config(), drafter=impl.Drafter(static=static, n_draft=K, policy=policy))
     token_ids = np.zeros((BATCH, CTX + K + 1), dtype=np.int32)
     num_tokens = np.zeros(BATCH, dtype=np.int32)
     for i in range(BATCH):
@@ -172,10 +177,10 @@ def _run_batch(b: Batch, step: Callable[[list[list[int]]], None]) -> tuple[float
         new_per_row = [b.commit(i) if b.n_tokens[i] < CTX else [] for i in range(BATCH)]
 
 
-def batch_requests(impl: Any, static: Any, text: list[int], prompt: int) -> tuple[float, int]:
+def batch_requests(impl: Any, static: Any, text: list[int], prompt: int, policy: str = "llama") -> tuple[float, int]:
     """The same batch driven by request id: ``Request.extend`` + ``propose`` per row."""
     b = Batch(text, prompt)
-    drafter = impl.Drafter(static=static, n_draft=K)
+    drafter = impl.Drafter(static=static, n_draft=K, policy=policy)
     reqs = [drafter.request(t[: prompt + 1]) for t in b.texts]
     b.n_tokens = [prompt + 1] * BATCH
 
@@ -245,25 +250,39 @@ def memory_per_request(impl: Any, text: list[int]) -> float:
 # --- acceptance on the shipped demo replay ------------------------------------------------------
 
 
-def demo_acceptance(impl: Any) -> None:
-    """Drafted/accepted on the shipped demo text: replay, a Drafter driven the same way, the vLLM adapter."""
+def demo_acceptance(impl: Any, policy: str = "llama") -> None:
+    """Drafted/accepted on the shipped demo text: replay, a Drafter driven the same way, the vLLM adapter.
+
+    Tokens per step is (accepted + proposals) / proposals: what a verification step gains.
+    """
     text: list[int] = np.fromfile(DEMO / "wiki.test.demo.llama3.bin", dtype="<i4").tolist()
     corpus: list[int] = np.fromfile(DEMO / "enwiki_wt.demo.llama3.bin", dtype="<i4").tolist()
-    print(f"acceptance on the shipped demo replay ({len(text):,} tokens, n_ctx {CTX}, n_draft {K}):")
+    print(f"acceptance on the shipped demo replay ({len(text):,} tokens, n_ctx {CTX}, n_draft {K}, policy {policy}):")
     for label, static in (("none", None), ("demo corpus", impl.build_static(corpus))):
-        r = impl.replay(text, CTX, K, static)
-        drafter = impl.Drafter(static=static, n_draft=K)
+        r = impl.replay(text, CTX, K, static, None, None, policy)
+        drafter = impl.Drafter(static=static, n_draft=K, policy=policy)
         for start in range(0, len(text) - CTX, CTX):  # llama-lookup-stats' loop, through requests
             chunk = text[start : start + CTX]
             with drafter.request(chunk[:1]) as req:
                 while len(req.tokens) < CTX:
                     req.extend(accepted_prefix(req.propose(), chunk, len(req.tokens), CTX))
         d = drafter.stats
-        _, _, v = batch_proposer(impl, static, text, 512)
+        _, _, v = batch_proposer(impl, static, text, 512, policy)
         vs = v.stats
-        print(f"  static {label:<12} replay {r.n_accept:,}/{r.n_drafted:,} = {r.accept:.2f} %")
-        print(f"  {'':19} Drafter {d.n_accept:,}/{d.n_drafted:,} = {d.accept:.2f} %")
-        print(f"  {'':19} vLLM adapter, {BATCH} concurrent: {vs.n_accept:,}/{vs.n_drafted:,} = {vs.accept:.2f} %")
+        print(
+            f"  static {label:<12} replay {r.n_accept:,}/{r.n_drafted:,} = {r.accept:.2f} %, "
+            f"{r.tokens_per_step:.4f} tokens/step"
+        )
+        print(f"  {'':19} Drafter {d.n_accept:,}/{d.n_drafted:,} = {d.accept:.2f} %, {_per_step(d):.4f} tokens/step")
+        print(
+            f"  {'':19} vLLM adapter, {BATCH} concurrent: {vs.n_accept:,}/{vs.n_drafted:,} = {vs.accept:.2f} %, "
+            f"{_per_step(vs):.4f} tokens/step"
+        )
+
+
+def _per_step(stats: Any) -> float:
+    """Tokens a verification step gains on average: (accepted + proposals) / proposals."""
+    return (stats.n_accept + stats.proposals) / stats.proposals if stats.proposals else 0.0
 
 
 # --- driver ------------------------------------------------------------------------------------
@@ -276,10 +295,11 @@ def main() -> None:
     parser.add_argument("--static", action="store_true", help="use the shipped demo corpus as static cache")
     parser.add_argument("--prompt", type=int, default=512, help="prompt tokens of each batch request")
     parser.add_argument("--accept", action="store_true", help="only the acceptance on the shipped demo replay")
+    parser.add_argument("--policy", choices=("llama", "hybrid"), default="llama", help="the Drafters' policy")
     args = parser.parse_args()
     impl = lookupdec.implementation(args.impl)
     if args.accept:
-        demo_acceptance(impl)
+        demo_acceptance(impl, args.policy)
         return
     text, name = load_text()
     static: Any = None
@@ -289,10 +309,10 @@ def main() -> None:
     chunk = text[:CTX]
     runs: dict[str, Callable[[], tuple[float, int]]] = {
         "one.bare": lambda: one_request_bare(impl, static, chunk),
-        "one.drafter": lambda: one_request_drafter(impl, static, chunk),
+        "one.drafter": lambda: one_request_drafter(impl, static, chunk, args.policy),
         "batch.bare": lambda: batch_bare(impl, static, text, args.prompt),
-        "batch.requests": lambda: batch_requests(impl, static, text, args.prompt),
-        "batch.vllm": lambda: batch_proposer(impl, static, text, args.prompt)[:2],
+        "batch.requests": lambda: batch_requests(impl, static, text, args.prompt, args.policy),
+        "batch.vllm": lambda: batch_proposer(impl, static, text, args.prompt, args.policy)[:2],
     }
     per_step: dict[str, list[float]] = {k: [] for k in runs}
     steps: dict[str, int] = {}
@@ -304,10 +324,10 @@ def main() -> None:
             per_step[key].append(seconds / n)
             steps[key] = n
     med = {k: statistics.median(v) * 1e6 for k, v in per_step.items()}
-    _, _, drafter = batch_proposer(impl, static, text, args.prompt)
+    _, _, drafter = batch_proposer(impl, static, text, args.prompt, args.policy)
     mem = memory_per_request(impl, text)
     where = "demo corpus" if static is not None else "none"
-    label = f"impl={args.impl} compiled={impl.COMPILED} static={where}"
+    label = f"impl={args.impl} compiled={impl.COMPILED} static={where} policy={args.policy}"
     print(f"# bench_drafter: {label}, text={name}, rounds={args.rounds}, medians")
     print(f"one request, context {CTX} ({steps['one.bare']} steps):")
     print(f"  bare draft+update        {med['one.bare']:8.2f} µs/step")

@@ -81,10 +81,11 @@ class FakeLlama:
 PROMPT = [1, 2, 3, 4, 5, 1, 2, 3]
 
 
+@pytest.mark.parametrize("policy", ["llama", "hybrid"])
 @pytest.mark.parametrize("impl", ["reference", "fast"])
-def test_output_identical_and_drafts_counted(impl: str) -> None:
+def test_output_identical_and_drafts_counted(impl: str, policy: str) -> None:
     plain = FakeLlama().complete(PROMPT, 120)
-    drafter = lookupdec.implementation(impl).Drafter(n_draft=6)
+    drafter = lookupdec.implementation(impl).Drafter(n_draft=6, policy=policy)
     draft_model = LookupDraftModel(drafter)
     llm = FakeLlama(draft_model)
     out = llm.complete(PROMPT, 120)

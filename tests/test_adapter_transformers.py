@@ -44,11 +44,12 @@ def tiny_model(seed: int = 0, eos: int | None = None) -> Any:
 @pytest.mark.slow
 @pytest.mark.parametrize("impl", ["reference", "fast"])
 @pytest.mark.parametrize("seed", [0])
-def test_greedy_output_identical_and_drafts_counted(impl: str, seed: int) -> None:
+@pytest.mark.parametrize("policy", ["llama", "hybrid"])
+def test_greedy_output_identical_and_drafts_counted(impl: str, seed: int, policy: str) -> None:
     model = tiny_model(seed)
     prompt = torch.tensor([PROMPT])
     plain = model.generate(prompt, max_new_tokens=48, do_sample=False)
-    drafter = lookupdec.implementation(impl).Drafter(n_draft=4)
+    drafter = lookupdec.implementation(impl).Drafter(n_draft=4, policy=policy)
     out = model.generate(prompt, max_new_tokens=48, do_sample=False, custom_generate=lookup_generate, drafter=drafter)
     assert out.tolist() == plain.tolist()
     stats = drafter.stats

@@ -17,11 +17,11 @@ from tests.test_drafter import demo_tokens
 
 
 def oracle_proposals(
-    impl: Any, static: Any, fake: FakeVllm, k: int, requests: list[FakeRequest]
+    impl: Any, static: Any, fake: FakeVllm, k: int, requests: list[FakeRequest], policy: str = "llama"
 ) -> tuple[dict[int, list[tuple[int, list[int]]]], Any]:
     """What a Drafter driven by request ids (which vLLM does not give) proposes for the fake's log."""
     by_id = {r.rid: r for r in requests}
-    drafter = impl.Drafter(static=static, n_draft=k)
+    drafter = impl.Drafter(static=static, n_draft=k, policy=policy)
     open_requests: dict[int, Any] = {}
     proposals: dict[int, list[tuple[int, list[int]]]] = {}
     for ended, committed in fake.log:
@@ -55,10 +55,12 @@ class VllmProposerTests(ImplTests):
     def static(self) -> Any:
         return self.impl.build_static(demo_tokens()[1])
 
-    def test_follows_requests_through_condense_and_prefill(self) -> None:
+    @pytest.mark.parametrize("policy", ["llama", "hybrid"])
+    def test_follows_requests_through_condense_and_prefill(self, policy: str) -> None:
         k, max_model_len = 6, 300
         static = self.static()
-        proposer = LookupProposer(vllm_config(k, max_model_len), drafter=self.impl.Drafter(static=static, n_draft=k))
+        drafter = self.impl.Drafter(static=static, n_draft=k, policy=policy)
+        proposer = LookupProposer(vllm_config(k, max_model_len), drafter=drafter)
         fake = FakeVllm(proposer, max_num_seqs=8, max_model_len=max_model_len)
         requests = make_requests(40, max_model_len)
         fake.run(requests[:20], arrivals={5: requests[20:30], 40: requests[30:]})
@@ -66,7 +68,7 @@ class VllmProposerTests(ImplTests):
         # Output identity: every request's row holds exactly the model's text.
         for r in requests:
             assert r.finished and r.n_tokens == r.target_len
-        expected, oracle = oracle_proposals(self.impl, static, fake, k, requests)
+        expected, oracle = oracle_proposals(self.impl, static, fake, k, requests, policy)
         assert {r.rid: r.proposals for r in requests} == expected
         stats = proposer.drafter.stats
         assert stats == oracle.stats
@@ -125,7 +127,12 @@ def test_settings_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
     proposer.close()  # what runs at exit: the open request ends and the dynamic file is saved
     assert dynamic.exists() and proposer.drafter.open_requests == 0
     monkeypatch.setenv("LOOKUPDEC_POLICY", "hybrid")
-    with pytest.raises(ValueError, match="policy 'hybrid'"):
+    proposer = LookupProposer(vllm_config(5, 100))
+    assert proposer.drafter.policy == "hybrid" and proposer.drafter.policy_state is not None
+    assert proposer.propose([[2]], [3], rows) == [[3]]  # llama.cpp's draft first, as with "llama"
+    proposer.close()
+    monkeypatch.setenv("LOOKUPDEC_POLICY", "best")
+    with pytest.raises(ValueError, match="policy 'best'"):
         LookupProposer(vllm_config(5, 100))
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         LookupProposer(object())

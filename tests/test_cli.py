@@ -688,3 +688,30 @@ def test_create_records_vocab(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert code == 0, err
     code, out, _ = run(capsys, "inspect", out_path, "--json")
     assert json.loads(out)["details"]["vocab_size"] == 128256
+
+
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+def test_stats_policy_hybrid(capsys: pytest.CaptureFixture[str], files: dict[str, str], impl: str) -> None:
+    results = {}
+    for policy in ("llama", "hybrid"):
+        code, out, err = run(
+            capsys, "stats", files["replay"], "-c", "512", "--json", "--policy", policy, "--impl", impl
+        )
+        assert code == 0, err
+        results[policy] = stats = json.loads(out)
+        assert stats["policy"] == policy
+        assert stats["tokens_per_step"] == pytest.approx((stats["n_accept"] + stats["n_steps"]) / stats["n_steps"])
+        assert stats["wasted_per_step"] == pytest.approx((stats["n_drafted"] - stats["n_accept"]) / stats["n_steps"])
+    # the llama policy is the default and unchanged: the same counts as the replay vectors
+    vec = next(r for r in vectors("replay")["runs"] if (r["n_ctx"], r["n_draft"], r["use_static"]) == (512, 8, False))
+    assert results["llama"]["n_drafted"] == vec["expected_n_drafted"]
+    assert results["hybrid"]["n_accept"] >= results["llama"]["n_accept"]
+
+
+def test_stats_policy_text_and_bad_choice(capsys: pytest.CaptureFixture[str], files: dict[str, str]) -> None:
+    code, out, err = run(capsys, "stats", files["replay"], "-c", "512", "--policy", "hybrid")
+    assert code == 0, err
+    assert "policy       = hybrid:" in out and "tokens per step" in out
+    code, out, err = run(capsys, "stats", files["replay"], "--policy", "best")
+    assert code == 2
+    assert "invalid choice: 'best'" in err

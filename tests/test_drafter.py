@@ -138,8 +138,12 @@ class DrafterTests(ImplTests):
             req.propose()
         with pytest.raises(RequestClosedError, match="extend"):
             req.extend([3])
-        with pytest.raises(ValueError, match="policy 'hybrid'"):
-            self.impl.Drafter(policy="hybrid")
+        with pytest.raises(ValueError, match="policy 'best'"):
+            self.impl.Drafter(policy="best")
+        with pytest.raises(ValueError, match=r"history_tokens .* policy='hybrid'"):
+            self.impl.Drafter(history_tokens=1000)
+        with pytest.raises(ValueError, match="max_tokens must be >= 16"):
+            self.impl.Drafter(policy="hybrid", history_tokens=8)
         with pytest.raises(ValueError, match="n_draft"):
             self.impl.Drafter(n_draft=-1)
         with pytest.raises(ValueError, match="needs a path"):
@@ -223,6 +227,91 @@ class DrafterTests(ImplTests):
             a.save(path)
         assert self.impl.NgramCache.load(path).contents() == [((5, 6, -1, -1), [(7, 2**31 - 1), (8, 1)])]
 
+    # --- the hybrid policy ---------------------------------------------------------
+
+    @pytest.mark.parametrize("history_tokens", [None, 700])  # 700: the history evicts several times
+    def test_hybrid_same_counts_as_replay(self, history_tokens: int | None) -> None:
+        text, _ = demo_tokens()
+        static = self.static()
+        history = self.impl.SuffixHistory() if history_tokens is None else self.impl.SuffixHistory(history_tokens)
+        expected_dynamic = self.impl.NgramCache()
+        expected = self.impl.replay(text, N_CTX, 8, static, expected_dynamic, None, "hybrid", history)
+        llama = self.impl.replay(text, N_CTX, 8, static)
+        drafter = self.impl.Drafter(static=static, policy="hybrid", history_tokens=history_tokens)
+        drive(drafter, text, N_CTX)
+        stats = drafter.stats
+        assert expected.n_accept > llama.n_accept  # the policy really adds drafts here
+        assert (stats.n_drafted, stats.n_accept) == (expected.n_drafted, expected.n_accept)
+        assert stats.proposals == expected.n_steps
+        assert drafter.dynamic.contents() == expected_dynamic.contents()
+        state = drafter.policy_state
+        assert state.history.tokens() == history.tokens()  # every request's tokens, in order
+        if history_tokens is not None:
+            assert state.history.n_evictions == history.n_evictions > 0
+
+    def test_hybrid_corpus_is_an_earlier_request(self) -> None:
+        # Drafter(corpus=...) equals a replay whose history starts with the corpus as one request.
+        text, corpus = demo_tokens()
+        static = self.static()
+        history = self.impl.SuffixHistory()
+        history.add_separator()
+        history.extend(corpus[:20_000])
+        expected = self.impl.replay(text, N_CTX, 8, static, None, None, "hybrid", history)
+        plain = self.impl.replay(text, N_CTX, 8, static, None, None, "hybrid")
+        drafter = self.impl.Drafter(static=static, policy="hybrid", corpus=corpus[:20_000])
+        drive(drafter, text, N_CTX)
+        assert (expected.n_drafted, expected.n_accept) != (plain.n_drafted, plain.n_accept)  # it changes the drafts
+        assert (drafter.stats.n_drafted, drafter.stats.n_accept) == (expected.n_drafted, expected.n_accept)
+        assert drafter.policy_state.history.tokens() == history.tokens()
+        with pytest.raises(ValueError, match=r"corpus .* policy='hybrid'"):
+            self.impl.Drafter(corpus=corpus[:10])
+        with pytest.raises(VocabularyError, match="corpus token 1 is -5"):
+            self.impl.Drafter(policy="hybrid", corpus=[1, -5])
+
+    def test_hybrid_llama_default_is_unchanged(self) -> None:
+        drafter = self.impl.Drafter()
+        assert drafter.policy == "llama" and drafter.policy_state is None
+
+    def test_hybrid_one_history_owner_at_a_time(self) -> None:
+        # A is open first: it owns the history (its tokens are indexed as they come). B, open at
+        # the same time, matches its own last tokens against the history and joins it only
+        # after A, contiguously.
+        drafter = self.impl.Drafter(policy="hybrid", n_draft=4)
+        with drafter.request([10, 11, 12, 13, 14]):
+            pass  # an earlier request: 12 13 14 follow 10 11
+        a = drafter.request([1, 10, 11])
+        b = drafter.request([2, 10, 11])
+        # llama.cpp's rule drafts nothing here (one count of 11 -> 12 is below its dynamic
+        # threshold); the suffix match continues 10 11 as the earlier request did, up to its end.
+        assert b.propose() == [12, 13, 14]
+        assert a.propose() == [12, 13, 14]
+        b.extend([12])
+        a.extend([12])
+        b.end()
+        history = drafter.policy_state.history
+        assert history.tokens() == [-1, 10, 11, 12, 13, 14, -1, 1, 10, 11]  # B waits for A
+        a.end()
+        assert history.tokens() == [-1, 10, 11, 12, 13, 14, -1, 1, 10, 11, 12, -1, 2, 10, 11, 12]
+        c = drafter.request([3, 10])  # no one owns the history now: C does
+        assert c.propose() == [11, 12, 13, 14][: len(c.propose())] and c.propose()
+        c.end()
+
+    def test_hybrid_stop_cuts_what_is_observed(self) -> None:
+        # A proposal cut by stop ids: the policy counts only the tokens the engine saw, so the
+        # acceptance statistics match a proposal asked for with k = the cut length.
+        def run(cut: bool) -> Any:
+            drafter = self.impl.Drafter(policy="hybrid", n_draft=6)
+            with drafter.request([5, 6, 7, 8, 9, 1, 2, 3]):
+                pass
+            with drafter.request([4, 5, 6]) as req:
+                proposal = req.propose(stop={9}) if cut else req.propose(2)
+                assert proposal == [7, 8]
+                req.extend([7, 0])
+            return drafter.policy_state
+
+        cut, short = run(True), run(False)
+        assert cut.threshold == short.threshold
+
 
 class TestDrafterReference(ReferenceImpl, DrafterTests):
     pass
@@ -230,6 +319,39 @@ class TestDrafterReference(ReferenceImpl, DrafterTests):
 
 class TestDrafterFast(FastImpl, DrafterTests):
     pass
+
+
+def hybrid_script(impl: Any) -> list[list[int]]:
+    """Every proposal of a hybrid Drafter over overlapping requests (opened, proposed, extended, ended out of order)."""
+    text, corpus = demo_tokens()
+    drafter = impl.Drafter(static=impl.build_static(corpus), policy="hybrid", n_draft=8, history_tokens=600)
+    proposals: list[list[int]] = []
+    open_requests: list[tuple[Any, list[int]]] = []
+    for i in range(12):
+        chunk = text[i * 150 : i * 150 + 300]
+        open_requests.append((drafter.request(chunk[:20]), chunk))
+        for step in range(30):
+            req, want = open_requests[(i + step) % len(open_requests)]
+            proposal = req.propose(stop={want[-1]})
+            proposals.append(proposal)
+            pos = len(req.tokens)
+            n_ok = 0
+            while n_ok < len(proposal) and pos + n_ok < len(want) and want[pos + n_ok] == proposal[n_ok]:
+                n_ok += 1
+            req.extend(want[pos : pos + n_ok + 1])
+        if i % 3 == 2:  # end the oldest (it may own the history) or the newest
+            open_requests.pop(0 if i % 2 else -1)[0].end()
+    for req, _ in open_requests:
+        req.end()
+    proposals.append([len(drafter.policy_state.history), int(drafter.policy_state.threshold * 1e9)])
+    return proposals
+
+
+def test_hybrid_drafter_fast_equals_reference() -> None:
+    """Overlapping requests, stop ids, history evictions: the fast path proposes what the reference model does."""
+    expected = hybrid_script(lookupdec.reference)
+    assert sum(len(p) for p in expected[:-1]) > 200
+    assert hybrid_script(lookupdec.implementation("fast")) == expected
 
 
 def test_package_drafter_is_the_chosen_implementations() -> None:

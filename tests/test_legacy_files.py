@@ -20,7 +20,6 @@ def record(key: tuple[int, int, int, int], followers: list[tuple[int, int]], nto
 
 
 class LegacyFileTests(ImplTests):
-
     def load(self, path: Path, **kw: Any) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

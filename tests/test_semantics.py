@@ -16,7 +16,6 @@ K = -1  # key padding
 
 
 class SemanticsTests(ImplTests):
-
     def cache(self, contents: list[Any]) -> Any:
         return self.impl.NgramCache.from_contents(contents)
 

@@ -39,7 +39,6 @@ def run_draft_case(impl: ModuleType, case: dict[str, Any]) -> list[int]:
 
 
 class VectorTests(ImplTests):
-
     @pytest.mark.parametrize("name", ["draft", "draft_ties"])
     def test_draft(self, name: str) -> None:
         cases = vectors(name)["cases"]

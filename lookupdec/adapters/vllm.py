@@ -15,7 +15,7 @@ vLLM builds ``LookupProposer(vllm_config)`` and calls :meth:`LookupProposer.prop
 for the whole batch. vLLM's speculative config takes no extra keys, so lookupdec's settings come
 from environment variables: ``LOOKUPDEC_STATIC`` (static cache file), ``LOOKUPDEC_DYNAMIC``
 (dynamic cache file: loaded at start, saved with a locked merge when the process exits) and
-``LOOKUPDEC_POLICY`` (drafting policy, default ``llama``). The draft length is vLLM's
+``LOOKUPDEC_POLICY`` (drafting policy: ``llama``, the default, or ``hybrid``). The draft length is vLLM's
 ``num_speculative_tokens``. vLLM's ``custom_class`` method is experimental upstream.
 
 This module never imports vLLM: the proposer only reads the config fields it needs and the

@@ -9,17 +9,18 @@ Without a C compiler they run as plain Python, with identical results but slowly
 
 from __future__ import annotations
 
-from lookupdec.fast import _core, _index
+from lookupdec.fast import _core, _hybrid, _index
 from lookupdec.fast._core import (
     NGRAM_MAX,
     NGRAM_MIN,
     NGRAM_STATIC,
+    POLICIES,
     TOKEN_NULL,
     NgramCache,
     build_static,
     draft,
-    replay,
 )
+from lookupdec.fast._hybrid import HybridState, SuffixHistory, replay
 from lookupdec.fast._index import StaticIndex, load_static
 from lookupdec.fast.drafter import Drafter
 from lookupdec.result import ReplayResult
@@ -32,7 +33,7 @@ def _is_extension(path: str | None) -> bool:
     return path is not None and path.endswith((".so", ".pyd"))
 
 
-COMPILED: bool = _is_extension(_core.__file__) and _is_extension(_index.__file__)
+COMPILED: bool = all(_is_extension(m.__file__) for m in (_core, _index, _hybrid))
 """True when the hot modules are mypyc-compiled extension modules (like black's check)."""
 
 __all__ = [
@@ -41,11 +42,14 @@ __all__ = [
     "NGRAM_MAX",
     "NGRAM_MIN",
     "NGRAM_STATIC",
+    "POLICIES",
     "TOKEN_NULL",
     "Drafter",
+    "HybridState",
     "NgramCache",
     "ReplayResult",
     "StaticIndex",
+    "SuffixHistory",
     "build_static",
     "draft",
     "load_static",

@@ -34,7 +34,6 @@ from librt.vecs import append, vec
 from mypy_extensions import i32, i64
 
 from lookupdec.errors import CacheFormatError, TokenRangeError, warn_saturated
-from lookupdec.result import ReplayResult
 
 NGRAM_MIN: Final = 1
 """Smallest n-gram size drafting uses."""
@@ -162,6 +161,16 @@ def fits_tokens(tokens: Sequence[object]) -> bool:
         if y < INT32_MIN or y > INT32_MAX:
             return False
     return True
+
+
+POLICIES: Final = ("llama", "hybrid")
+"""The drafting policies: llama.cpp's rule (the default, exact) and the hybrid policy."""
+
+
+def check_policy(policy: str) -> None:
+    """Raise ValueError unless ``policy`` is one of :data:`POLICIES` (reference message)."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}: choose 'llama' or 'hybrid'")
 
 
 def check_ngram_range(ngram_min: int, ngram_max: int) -> None:
@@ -932,8 +941,8 @@ def replay_core(
     dyn: NgramCache,
     progress: Callable[[int, int], None] | None,
     total: i64,
-) -> tuple[i64, i64, float]:
-    """The replay loop; returns (n_drafted, n_accept, t_draft seconds).
+) -> tuple[i64, i64, i64, float]:
+    """The replay loop; returns (n_drafted, n_accept, n_steps, t_draft seconds).
 
     The accepted tokens are the chunk's own tokens, so ``out`` is never materialized: it is
     ``toks[i_start : i_start + pos]``. Timing covers each chunk's drafting and context updates
@@ -942,12 +951,14 @@ def replay_core(
     ctx = NgramCache()
     n_drafted: i64 = 0
     n_accept: i64 = 0
+    n_steps: i64 = 0
     t_draft = 0.0
     i_start: i64 = 0
     while i_start + n_ctx < total:
         t0 = time.perf_counter()
         pos: i64 = 1
         while pos < n_ctx:
+            n_steps += 1
             nd: i64 = 0
             tail = vec[i32](capacity=NGRAM_MAX + n_draft)
             if pos >= 2:
@@ -975,7 +986,7 @@ def replay_core(
         i_start += n_ctx
         if progress is not None:
             progress(int(min(i_start, total)), int(total))
-    return n_drafted, n_accept, t_draft
+    return n_drafted, n_accept, n_steps, t_draft
 
 
 # --- the public functions -----------------------------------------------------------------
@@ -1051,44 +1062,3 @@ def draft(
             "of a llama.cpp token id"
         )
     draft_list(inp, draft, n_draft, ngram_min, ngram_max, ctx, dyn, st)
-
-
-def replay(
-    tokens: Sequence[int],
-    n_ctx: int = 4096,
-    n_draft: int = 8,
-    nc_static: object = None,
-    nc_dynamic: NgramCache | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> ReplayResult:
-    """Replay ``tokens`` as llama-lookup-stats does and return the counts and timings.
-
-    The tokens are cut into chunks of ``n_ctx`` while ``i_start + n_ctx < len(tokens)``
-    (so a last chunk that ends exactly at the end is dropped too, as in llama.cpp).
-    Each chunk starts with an empty context cache; after a chunk the context cache is
-    merged into the dynamic one, which therefore grows through the run. ``nc_dynamic``
-    is modified in place when given and must be a fast NgramCache (TypeError otherwise).
-    ``nc_static`` is a fast NgramCache, a StaticIndex, None, or any object with the
-    reference's ``part(key)`` (looked up through Python calls).
-    """
-    if n_ctx < 1:
-        raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
-    if n_draft < 0:
-        raise ValueError(f"n_draft must be >= 0, got {n_draft}")
-    st = require_static_source(nc_static)
-    dyn = require_cache(nc_dynamic, "nc_dynamic") if nc_dynamic is not None else NgramCache()
-    total = len(tokens)
-    n_chunks = max(0, (total - 1) // n_ctx) if total > n_ctx else 0
-    # Only the chunks' tokens are ever read (and range-checked, as the reference's updates do).
-    used = n_chunks * n_ctx if n_ctx >= 2 else 0
-    toks = to_vec(tokens[:used] if used < total else tokens)
-    n_drafted, n_accept, t_draft = replay_core(toks, n_ctx, n_draft, st, dyn, progress, total)
-    return ReplayResult(
-        n_ctx=n_ctx,
-        n_draft=n_draft,
-        n_tokens=total,
-        n_predict=total - total % n_ctx,
-        n_drafted=int(n_drafted),
-        n_accept=int(n_accept),
-        t_draft_s=t_draft,
-    )

@@ -1,19 +1,28 @@
 """The fast path's :class:`Drafter`: the shared request lifecycle over the compiled caches.
 
-Plain Python (not compiled): the lifecycle only calls the compiled ``update``/``draft``/``merge``.
+Plain Python (not compiled): the lifecycle only calls the compiled ``update``/``draft``/``merge``
+and, with ``policy="hybrid"``, the compiled ``HybridState``.
 """
 
 from __future__ import annotations
 
 from lookupdec import _lifecycle
 from lookupdec.fast._core import NGRAM_MAX, NGRAM_MIN, NgramCache, draft
+from lookupdec.fast._hybrid import HybridState, SuffixHistory
 from lookupdec.fast._index import load_static
+
+
+def new_hybrid(max_tokens: int | None) -> HybridState:
+    """A fresh hybrid-policy state over a history of at most ``max_tokens`` tokens (None: the default)."""
+    return HybridState(SuffixHistory() if max_tokens is None else SuffixHistory(max_tokens))
 
 
 class Drafter(_lifecycle.Drafter):
     """A request-level drafter over the fast path's caches (see :class:`lookupdec._lifecycle.Drafter`)."""
 
-    primitives = _lifecycle.Primitives("fast", NgramCache, NgramCache.load, draft, load_static, NGRAM_MIN, NGRAM_MAX)
+    primitives = _lifecycle.Primitives(
+        "fast", NgramCache, NgramCache.load, draft, load_static, NGRAM_MIN, NGRAM_MAX, new_hybrid
+    )
 
 
 __all__ = ["Drafter"]

@@ -17,6 +17,7 @@ from lookupdec.reference.cache import (
 from lookupdec.reference.draft import draft
 from lookupdec.reference.drafter import Drafter
 from lookupdec.reference.files import load_static
+from lookupdec.reference.hybrid import POLICIES, HybridState, SuffixHistory
 from lookupdec.reference.replay import replay
 from lookupdec.result import ReplayResult
 
@@ -31,10 +32,13 @@ __all__ = [
     "NGRAM_MAX",
     "NGRAM_MIN",
     "NGRAM_STATIC",
+    "POLICIES",
     "TOKEN_NULL",
     "Drafter",
+    "HybridState",
     "NgramCache",
     "ReplayResult",
+    "SuffixHistory",
     "build_static",
     "draft",
     "load_static",

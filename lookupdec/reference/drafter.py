@@ -6,13 +6,19 @@ from lookupdec import _lifecycle
 from lookupdec.reference.cache import NGRAM_MAX, NGRAM_MIN, NgramCache
 from lookupdec.reference.draft import draft
 from lookupdec.reference.files import load_static
+from lookupdec.reference.hybrid import HybridState, SuffixHistory
+
+
+def new_hybrid(max_tokens: int | None) -> HybridState:
+    """A fresh hybrid-policy state over a history of at most ``max_tokens`` tokens (None: the default)."""
+    return HybridState(SuffixHistory() if max_tokens is None else SuffixHistory(max_tokens))
 
 
 class Drafter(_lifecycle.Drafter):
     """A request-level drafter over the reference's caches (see :class:`lookupdec._lifecycle.Drafter`)."""
 
     primitives = _lifecycle.Primitives(
-        "reference", NgramCache, NgramCache.load, draft, load_static, NGRAM_MIN, NGRAM_MAX
+        "reference", NgramCache, NgramCache.load, draft, load_static, NGRAM_MIN, NGRAM_MAX, new_hybrid
     )
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 from lookupdec.reference.cache import NGRAM_MAX, NGRAM_MIN, NgramCache
 from lookupdec.reference.draft import PartSource, draft
+from lookupdec.reference.hybrid import HybridState, SuffixHistory, check_policy
 from lookupdec.result import ReplayResult
 
 ProgressCallback = Callable[[int, int], None]
@@ -20,6 +21,8 @@ def replay(
     nc_static: PartSource | None = None,
     nc_dynamic: NgramCache | None = None,
     progress: ProgressCallback | None = None,
+    policy: str = "llama",
+    history: SuffixHistory | None = None,
 ) -> ReplayResult:
     """Replay ``tokens`` as llama-lookup-stats does and return the counts and timings.
 
@@ -28,38 +31,57 @@ def replay(
     Each chunk starts with an empty context cache; after a chunk the context cache is
     merged into the dynamic one, which therefore grows through the run. ``nc_dynamic``
     is modified in place when given.
+
+    ``policy="hybrid"`` extends every llama.cpp draft with the hybrid policy's suffix match
+    (:mod:`lookupdec.reference.hybrid`); each chunk is then one request, and ``history``
+    (a fresh :class:`SuffixHistory` if None) holds the chunks replayed so far.
     """
     if n_ctx < 1:
         raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
     if n_draft < 0:
         raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+    check_policy(policy)
     tokens = list(tokens)
+    state = HybridState(history) if policy == "hybrid" else None
     static: PartSource = nc_static if nc_static is not None else NgramCache()
     dynamic = nc_dynamic if nc_dynamic is not None else NgramCache()
     context = NgramCache()
-    n_drafted = n_accept = 0
+    n_drafted = n_accept = n_steps = 0
     t_draft = 0.0
     total = len(tokens)
     i_start = 0
     while i_start + n_ctx < total:
         chunk = tokens[i_start : i_start + n_ctx]
         out = [chunk[0]]  # the first token is given, and not counted into the context cache
+        if state is not None:
+            state.begin_request()
+            state.history.push(chunk[0])
         while len(out) < n_ctx:
+            n_steps += 1
             drafted = [out[-1]]
             t0 = time.perf_counter()
             draft(out, drafted, n_draft, NGRAM_MIN, NGRAM_MAX, context, dynamic, static)
+            proposal = drafted[1:]
+            if state is not None:
+                state.extend_draft(proposal, n_draft)
             t_draft += time.perf_counter() - t0
-            n_drafted += len(drafted) - 1  # drafts past the chunk end count too
+            n_drafted += len(proposal)  # drafts past the chunk end count too
             t0 = time.perf_counter()
-            for token in drafted[1:]:
+            accepted = 0
+            for token in proposal:
                 if len(out) >= n_ctx or chunk[len(out)] != token:
                     break
                 n_accept += 1
+                accepted += 1
                 out.append(token)
                 context.update(out, 1, NGRAM_MIN, NGRAM_MAX)
+            if state is not None:
+                state.observe(accepted, proposal[:accepted])
             if len(out) < n_ctx:  # the "sampled" token is the ground truth
                 out.append(chunk[len(out)])
                 context.update(out, 1, NGRAM_MIN, NGRAM_MAX)
+                if state is not None:
+                    state.history.push(out[-1])
             t_draft += time.perf_counter() - t0
         dynamic.merge(context)
         context.clear()
@@ -74,4 +96,6 @@ def replay(
         n_drafted=n_drafted,
         n_accept=n_accept,
         t_draft_s=t_draft,
+        n_steps=n_steps,
+        policy=policy,
     )

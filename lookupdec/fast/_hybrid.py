@@ -1,0 +1,833 @@
+"""The hybrid drafting policy, compiled: llama.cpp's confident drafts, then a suffix match.
+
+Compiled by mypyc with :mod:`lookupdec.fast._core` (see ``setup.py``); it also runs as plain
+Python. :mod:`lookupdec.reference.hybrid` is the readable model of the same policy, and
+the two give identical drafts (``tests/test_hybrid.py``). The algorithm and its parameters
+are described there and in the README ("The hybrid policy").
+
+Layout of :class:`SuffixHistory`:
+
+- ``toks``: the token stream of every request seen, each request preceded by a separator
+  (:data:`SEP`); positions are indices into it;
+- a position ``p >= 2`` is *indexed* when ``toks[p-2]``, ``toks[p-1]``, ``toks[p]`` are real
+  tokens: it is then a candidate continuation for the bigram ``(toks[p-2], toks[p-1])``;
+- ``bkey``/``bhead``: the bigrams seen, found through the open-addressing table ``bslots``,
+  each with its most recent indexed position; ``prev[p]`` links to the previous indexed
+  position of the same bigram (-1 at the end), so candidates are walked newest first;
+- ``ukey``/``ulast``: per single token ``t``, the most recent indexed position ``p`` with
+  ``toks[p-1] == t`` (the one-token fallback).
+
+When the stream would exceed ``max_tokens``, the older half is dropped and the index rebuilt
+over what is left (amortised O(1) per token; memory stays below about 16 bytes per kept
+token plus the tables).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from librt.vecs import append, vec
+from mypy_extensions import i32, i64
+
+from lookupdec.fast._core import (
+    NGRAM_MAX,
+    NGRAM_MIN,
+    NULL32,
+    NgramCache,
+    StaticSource,
+    as_static_source,
+    check_ngram_range,
+    check_policy,
+    draft_core,
+    filled_i32,
+    key_hash,
+    pack,
+    replay_core,
+    require_cache,
+    require_static_source,
+    to_vec,
+)
+from lookupdec.result import ReplayResult
+
+SEP: Final[i32] = -1
+"""Separator written before every request in the history stream (never matched)."""
+DEFAULT_MAX_TOKENS: Final = 1 << 22
+"""Default bound of a :class:`SuffixHistory`: 4,194,304 tokens (about 70 MB at most)."""
+MAX_CANDIDATES: Final[i64] = 16
+"""How many earlier occurrences of the last bigram are compared, newest first."""
+MAX_MATCH: Final[i64] = 32
+"""Matches are measured up to this many tokens (longer ones count as this long)."""
+N_LEN: Final[i64] = 33
+"""Acceptance statistics are kept per effective match length 1..32 (match length + offset) ..."""
+N_CLASS: Final[i64] = 5
+"""... and per support class of the drafted token (see :func:`support_class`)."""
+N_LLAMA: Final[i64] = 17
+"""Acceptance statistics of llama.cpp's tokens per draft length 1..16 (16 = "16 or more") ..."""
+N_LLAMA_POS: Final[i64] = 16
+"""... and position 0..15 in it (15 = "15 or later")."""
+THRESHOLD: Final = 0.02
+"""Initial threshold: draft a token only while the estimated chance that it is reached and accepted is at least this."""
+TARGET_WASTE: Final = 1.9
+"""Wasted drafted tokens per step the threshold is steered to (0 turns the controller off)."""
+THRESHOLD_STEP: Final = 1.002
+"""Factor the threshold moves by after every observed step."""
+THRESHOLD_MIN: Final = 0.002
+THRESHOLD_MAX: Final = 0.5
+"""Bounds of the steered threshold."""
+BALANCE_CAP: Final[i64] = 20000
+"""The waste balance is kept within +-64 tokens (in tenths), so the controller reacts within a few steps."""
+PRIOR_OK: Final = 1.0
+PRIOR_TRIED: Final = 2.0
+"""Laplace prior of every acceptance estimate: (ok + 1) / (tried + 2)."""
+DECAY_AT: Final[i64] = 1 << 14
+"""A statistic's counts are halved (integer division) when its ``tried`` reaches this: recent steps weigh more."""
+INITIAL_SLOTS: Final[i64] = 1 << 10
+
+
+def zeros_i64(n: i64) -> vec[i64]:
+    """A vec of ``n`` zeros."""
+    v = vec[i64](capacity=n)
+    for _ in range(n):
+        v = append(v, 0)
+    return v
+
+
+def support_class(count: i64, n_active: i64) -> i64:
+    """How well the candidates support a drafted token: 0 a single candidate, 1 one of several
+    (the newest wins a tie), 2 all of >= 2, 3 at least half, 4 fewer than half."""
+    if n_active == 1:
+        return 0
+    if count == 1:
+        return 1
+    if count == n_active:
+        return 2
+    if 2 * count >= n_active:
+        return 3
+    return 4
+
+
+def llama_cell(m: i64, j: i64) -> i64:
+    """Index of the acceptance statistic of token ``j`` of a llama.cpp draft of ``m`` tokens."""
+    row = m if m < N_LLAMA - 1 else N_LLAMA - 1
+    return row * N_LLAMA_POS + (j if j < N_LLAMA_POS - 1 else N_LLAMA_POS - 1)
+
+
+def stat_cell(count: i64, n_active: i64, length: i64) -> i64:
+    """Index of the acceptance statistic for a token drafted after a match of ``length`` tokens."""
+    eff = length if length < N_LEN - 1 else N_LEN - 1
+    return support_class(count, n_active) * N_LEN + eff
+
+
+class SuffixHistory:
+    """The token history the hybrid policy matches against: earlier requests and the current one.
+
+    Bounded: holds at most ``max_tokens`` tokens; when full, the older half is evicted.
+    Share one history between the requests of a drafter (it is the policy's dynamic memory).
+    """
+
+    toks: vec[i32]
+    prev: vec[i32]
+    bkey: vec[i64]
+    bhead: vec[i32]
+    bslots: vec[i32]
+    bmask: i64
+    ukey: vec[i32]
+    ulast: vec[i32]
+    uslots: vec[i32]
+    umask: i64
+    max_tokens: i64
+    n_evictions: i64
+    cand_p: vec[i64]
+    cand_len: vec[i64]
+    n_cand: i64
+
+    def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+        if max_tokens < 16:
+            raise ValueError(f"max_tokens must be >= 16, got {max_tokens}")
+        self.max_tokens = max_tokens
+        self.n_evictions = 0
+        self.cand_p = vec[i64]()
+        self.cand_len = vec[i64]()
+        self.n_cand = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.toks = vec[i32]()
+        self.prev = vec[i32]()
+        self.bkey = vec[i64]()
+        self.bhead = vec[i32]()
+        self.bslots = filled_i32(INITIAL_SLOTS, NULL32)
+        self.bmask = INITIAL_SLOTS - 1
+        self.ukey = vec[i32]()
+        self.ulast = vec[i32]()
+        self.uslots = filled_i32(INITIAL_SLOTS, NULL32)
+        self.umask = INITIAL_SLOTS - 1
+
+    def __len__(self) -> int:
+        """Number of tokens (and separators) held."""
+        return len(self.toks)
+
+    def tokens(self) -> list[int]:
+        """The stream held, separators as -1 (for tests and inspection)."""
+        return [int(t) for t in self.toks]
+
+    # --- bigram table ---------------------------------------------------------------
+
+    def _bfind(self, w: i64) -> i64:
+        """Ordinal of bigram ``w`` (packed), -1 if never indexed."""
+        slots = self.bslots
+        keys = self.bkey
+        mask = self.bmask
+        h = key_hash(w, -1) & mask
+        while True:
+            s = i64(slots[h])
+            if s < 0:
+                return -1
+            if keys[s] == w:
+                return s
+            h = (h + 1) & mask
+
+    def _bintern(self, w: i64) -> i64:
+        slots = self.bslots
+        keys = self.bkey
+        mask = self.bmask
+        h = key_hash(w, -1) & mask
+        while True:
+            s = i64(slots[h])
+            if s < 0:
+                break
+            if keys[s] == w:
+                return s
+            h = (h + 1) & mask
+        kid = i64(len(keys))
+        slots[h] = i32(kid)
+        self.bkey = append(keys, w)
+        self.bhead = append(self.bhead, NULL32)
+        if 2 * (kid + 1) > mask + 1:
+            size = 2 * (mask + 1)
+            ns = filled_i32(size, NULL32)
+            nm = size - 1
+            bk = self.bkey
+            for j in range(len(bk)):
+                g = key_hash(bk[j], -1) & nm
+                while ns[g] >= 0:
+                    g = (g + 1) & nm
+                ns[g] = i32(j)
+            self.bslots = ns
+            self.bmask = nm
+        return kid
+
+    # --- unigram table --------------------------------------------------------------
+
+    def _ufind(self, t: i32) -> i64:
+        slots = self.uslots
+        keys = self.ukey
+        mask = self.umask
+        h = key_hash(pack(t, t), -1) & mask
+        while True:
+            s = i64(slots[h])
+            if s < 0:
+                return -1
+            if keys[s] == t:
+                return s
+            h = (h + 1) & mask
+
+    def _uset(self, t: i32, p: i64) -> None:
+        slots = self.uslots
+        keys = self.ukey
+        mask = self.umask
+        h = key_hash(pack(t, t), -1) & mask
+        while True:
+            s = i64(slots[h])
+            if s < 0:
+                break
+            if keys[s] == t:
+                self.ulast[s] = i32(p)
+                return
+            h = (h + 1) & mask
+        kid = i64(len(keys))
+        slots[h] = i32(kid)
+        self.ukey = append(keys, t)
+        self.ulast = append(self.ulast, i32(p))
+        if 2 * (kid + 1) > mask + 1:
+            size = 2 * (mask + 1)
+            ns = filled_i32(size, NULL32)
+            nm = size - 1
+            uk = self.ukey
+            for j in range(len(uk)):
+                g = key_hash(pack(uk[j], uk[j]), -1) & nm
+                while ns[g] >= 0:
+                    g = (g + 1) & nm
+                ns[g] = i32(j)
+            self.uslots = ns
+            self.umask = nm
+
+    # --- appending ------------------------------------------------------------------
+
+    def _index_last(self) -> None:
+        """Index the position just appended (its ``prev`` link is appended here too)."""
+        toks = self.toks
+        p = i64(len(toks)) - 1
+        link = NULL32
+        if p >= 2:
+            a = toks[p - 2]
+            b = toks[p - 1]
+            c = toks[p]
+            if a != SEP and b != SEP and c != SEP:
+                kid = self._bintern(pack(a, b))
+                link = self.bhead[kid]
+                self.bhead[kid] = i32(p)
+            if b != SEP and c != SEP:
+                self._uset(b, p)
+        self.prev = append(self.prev, link)
+
+    def _push(self, t: i32) -> None:
+        if i64(len(self.toks)) >= self.max_tokens:
+            self._evict()
+        self.toks = append(self.toks, t)
+        self._index_last()
+
+    def _evict(self) -> None:
+        """Drop the older half of the stream and rebuild the index over the rest."""
+        old = self.toks
+        keep = self.max_tokens // 2
+        start = i64(len(old)) - keep
+        self._reset()
+        self.n_evictions += 1
+        for j in range(start, len(old)):
+            self.toks = append(self.toks, old[j])
+            self._index_last()
+
+    def add_separator(self) -> None:
+        """Start a new request: matches never cross this point."""
+        self._push(SEP)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append tokens of the current request (int32 ids)."""
+        v = to_vec(tokens)
+        for j in range(len(v)):
+            self._push(v[j])
+
+    # --- matching -------------------------------------------------------------------
+
+    def _query_at(self, q: vec[i32], j: i64) -> i32:
+        """Query token at distance ``j`` from its end: ``q`` holds the drafted tail, then the stream."""
+        nq = i64(len(q))
+        if j < nq:
+            return q[nq - 1 - j]
+        p = i64(len(self.toks)) - 1 - (j - nq)
+        if p < 0:
+            return SEP
+        return self.toks[p]
+
+    def _collect(self, q: vec[i32], max_candidates: i64) -> i64:
+        """Find earlier occurrences of the query's suffix; returns the longest match length (0: none).
+
+        The query is the stream followed by ``q`` (the tokens drafted so far). Fills
+        ``cand_p``/``cand_len`` with up to ``max_candidates`` occurrences of its last bigram,
+        newest first, and their match lengths; if the bigram never occurred, the newest
+        occurrence of the last token alone (length 1).
+        """
+        self.n_cand = 0
+        if i64(len(self.cand_p)) < max_candidates:
+            self.cand_p = zeros_i64(max_candidates)
+            self.cand_len = zeros_i64(max_candidates)
+        b = self._query_at(q, 0)
+        a = self._query_at(q, 1)
+        if b == SEP:
+            return 0
+        toks = self.toks
+        if a != SEP:
+            kid = self._bfind(pack(a, b))
+            if kid >= 0:
+                best_len: i64 = 0
+                p = i64(self.bhead[kid])
+                n: i64 = 0
+                while p >= 0 and n < max_candidates:
+                    length: i64 = 2
+                    while length < MAX_MATCH:
+                        at = p - 1 - length
+                        if at < 0:
+                            break
+                        t = toks[at]
+                        if t == SEP or t != self._query_at(q, length):
+                            break
+                        length += 1
+                    self.cand_p[n] = p
+                    self.cand_len[n] = length
+                    n += 1
+                    if length > best_len:
+                        best_len = length
+                    p = i64(self.prev[p])
+                self.n_cand = n
+                return best_len
+        u = self._ufind(b)
+        if u < 0:
+            return 0
+        self.cand_p[0] = i64(self.ulast[u])
+        self.cand_len[0] = 1
+        self.n_cand = 1
+        return 1
+
+
+class HybridStep:
+    """One proposal's bookkeeping (see :meth:`HybridState.last_step`): how many of its tokens were
+    llama.cpp's (of a draft of ``llama_full``) and suffix tokens, and their statistics' cells."""
+
+    llama_full: i64
+    llama: i64
+    suffix: i64
+    cells: vec[i64]
+
+    def __init__(self, llama_full: i64, llama: i64, suffix: i64, cells: vec[i64]) -> None:
+        self.llama_full = llama_full
+        self.llama = llama
+        self.suffix = suffix
+        self.cells = cells
+
+
+class HybridState:
+    """Per-drafter state of the hybrid policy: a :class:`SuffixHistory` and acceptance statistics.
+
+    Protocol per request: :meth:`begin_request`, then per verification step :meth:`propose`
+    and, after the engine verified the proposal, :meth:`observe`. ``tokens`` passed to
+    :meth:`propose` is the whole request so far (prompt and generated tokens), append-only:
+    tokens the state has not seen yet are added to the history first.
+    """
+
+    history: SuffixHistory
+    tried: vec[i64]
+    ok: vec[i64]
+    l_tried: vec[i64]
+    l_ok: vec[i64]
+    seen: i64
+    last_llama: i64
+    last_llama_full: i64
+    last_suffix: i64
+    last_cells: vec[i64]
+    threshold: float
+    max_candidates: i64
+    target_waste10: i64
+    balance: i64
+
+    def __init__(
+        self,
+        history: SuffixHistory | None = None,
+        threshold: float = THRESHOLD,
+        max_candidates: int = MAX_CANDIDATES,
+        target_waste: float = TARGET_WASTE,
+    ) -> None:
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+        if max_candidates < 1:
+            raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
+        self.history = history if history is not None else SuffixHistory()
+        if not 0.0 <= target_waste <= 64.0:
+            raise ValueError(f"target_waste must be in [0, 64], got {target_waste}")
+        self.threshold = threshold
+        self.max_candidates = max_candidates
+        # tenths of a token, so the waste balance stays an integer (identical in both implementations)
+        self.target_waste10 = i64(round(target_waste * 10))
+        self.balance = 0
+        self.tried = zeros_i64(N_CLASS * N_LEN)
+        self.ok = zeros_i64(N_CLASS * N_LEN)
+        self.l_tried = zeros_i64(N_LLAMA * N_LLAMA_POS)
+        self.l_ok = zeros_i64(N_LLAMA * N_LLAMA_POS)
+        self.last_llama_full = 0
+        self.seen = 0
+        self.last_llama = 0
+        self.last_suffix = 0
+        self.last_cells = vec[i64]()
+
+    def begin_request(self) -> None:
+        """Start a new request (the previous one stays in the history)."""
+        self.history.add_separator()
+        self.seen = 0
+        self.last_llama = 0
+        self.last_suffix = 0
+
+    def _sync(self, tokens: Sequence[int]) -> None:
+        n = len(tokens)
+        if n < self.seen:
+            raise ValueError(
+                f"tokens has {n} tokens but the request already had {self.seen}: "
+                "call begin_request() before a new request"
+            )
+        if n > self.seen:
+            self.history.extend(tokens[self.seen :])
+            self.seen = n
+
+    def sync(self, tokens: Sequence[int]) -> None:
+        """Add the tokens of ``tokens`` (the whole request so far) not in the history yet.
+
+        :meth:`propose` does this itself; call it when a request ends, so that its last tokens
+        join the history too.
+        """
+        self._sync(tokens)
+
+    def truncate(self, n: int) -> None:
+        """Only the first ``n`` tokens of the last proposal are verified (the caller cut it).
+
+        Keeps :meth:`observe`'s waste count and statistics to the tokens the engine really saw.
+        """
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        m = self.last_llama
+        rest = n - m if n > m else 0
+        if m > n:
+            self.last_llama = n
+        if self.last_suffix > rest:
+            self.last_suffix = rest
+
+    def _push_token(self, t: i32) -> None:
+        self.history._push(t)
+        self.seen += 1
+
+    def _suffix(self, drafted: vec[i32], base: i64, n_draft: i64, before: vec[i32]) -> vec[i32]:
+        """Trim and extend ``drafted[base:]`` (llama.cpp's draft); returns the vec.
+
+        llama.cpp's tokens are kept while the running estimate stays at or above the
+        threshold; suffix-match tokens follow under the same running estimate. ``before`` is
+        what precedes the draft in the query: empty for the history's current request (its
+        tokens end the stream), else a detached request's last tokens (see :meth:`propose_detached`).
+        """
+        m_full = i64(len(drafted)) - base
+        self.last_llama_full = m_full
+        self.last_suffix = 0
+        prob = 1.0
+        m: i64 = 0
+        while m < m_full:
+            cell = llama_cell(m_full, m)
+            p_ok = (float(self.l_ok[cell]) + PRIOR_OK) / (float(self.l_tried[cell]) + PRIOR_TRIED)
+            if prob * p_ok < self.threshold:
+                break
+            prob = prob * p_ok
+            m += 1
+        if m < m_full:
+            kept = vec[i32](capacity=base + n_draft)
+            for j in range(base + m):
+                kept = append(kept, drafted[j])
+            drafted = kept
+        self.last_llama = m
+        if m >= n_draft:
+            return drafted
+        q = vec[i32](capacity=i64(len(before)) + m)
+        for j in range(len(before)):
+            q = append(q, before[j])
+        for j in range(base, len(drafted)):
+            q = append(q, drafted[j])
+        h = self.history
+        best = h._collect(q, self.max_candidates)
+        if best == 0:
+            return drafted
+        # The candidates followed: every occurrence matching as long as the best.
+        # Kept in place at the front of h.cand_p (n_act of them), newest first.
+        act = h.cand_p
+        n_act: i64 = 0
+        for j in range(h.n_cand):
+            if h.cand_len[j] == best:
+                act[n_act] = act[j]
+                n_act += 1
+        cells = vec[i64](capacity=n_draft)
+        toks = h.toks
+        end = i64(len(toks))
+        k: i64 = 0
+        while m + k < n_draft:
+            # The most frequent next token among the candidates; on a tie the newest one's.
+            best_t = SEP
+            best_c: i64 = 0
+            for i in range(n_act):
+                pi = act[i] + k
+                ti = toks[pi] if pi < end else SEP
+                if ti == SEP:
+                    continue
+                c: i64 = 0
+                for j in range(i, n_act):
+                    pj = act[j] + k
+                    if pj < end and toks[pj] == ti:
+                        c += 1
+                if c > best_c:
+                    best_c = c
+                    best_t = ti
+            if best_c == 0:
+                break
+            cell = stat_cell(best_c, n_act, best + k)
+            prob = prob * ((float(self.ok[cell]) + PRIOR_OK) / (float(self.tried[cell]) + PRIOR_TRIED))
+            if prob < self.threshold:
+                break
+            drafted = append(drafted, best_t)
+            cells = append(cells, cell)
+            k += 1
+            n_kept: i64 = 0
+            for i in range(n_act):
+                pi = act[i] + k - 1
+                if pi < end and toks[pi] == best_t:
+                    act[n_kept] = act[i]
+                    n_kept += 1
+            n_act = n_kept
+        self.last_suffix = k
+        self.last_cells = cells
+        return drafted
+
+    def _observe(self, n_accepted: i64) -> None:
+        m = self.last_llama
+        s = self.last_suffix
+        if self.target_waste10 > 0:
+            # The waste controller: the balance is the waste budget left (in tenths of a token),
+            # clamped to +-BALANCE_CAP; overspent, the threshold rises, else it falls.
+            wasted = m + s - n_accepted if n_accepted < m + s else 0
+            b = self.balance + self.target_waste10 - 10 * wasted
+            b = BALANCE_CAP if b > BALANCE_CAP else (-BALANCE_CAP if b < -BALANCE_CAP else b)
+            self.balance = b
+            t = self.threshold * THRESHOLD_STEP if b < 0 else self.threshold / THRESHOLD_STEP
+            self.threshold = THRESHOLD_MAX if t > THRESHOLD_MAX else (THRESHOLD_MIN if t < THRESHOLD_MIN else t)
+        j: i64 = 0
+        while j < m and j <= n_accepted:  # llama.cpp's tokens reached: the accepted ones and the first miss
+            cell = llama_cell(self.last_llama_full, j)
+            self.l_tried[cell] += 1
+            if j < n_accepted:
+                self.l_ok[cell] += 1
+            if self.l_tried[cell] >= DECAY_AT:
+                self.l_tried[cell] //= 2
+                self.l_ok[cell] //= 2
+            j += 1
+        if s > 0 and n_accepted >= m:
+            acc = n_accepted - m
+            k: i64 = 0
+            while k < s and k <= acc:
+                off = self.last_cells[k]
+                self.tried[off] += 1
+                if k < acc:
+                    self.ok[off] += 1
+                if self.tried[off] >= DECAY_AT:
+                    self.tried[off] //= 2
+                    self.ok[off] //= 2
+                k += 1
+        self.last_llama = 0
+        self.last_suffix = 0
+
+    def propose(
+        self,
+        tokens: Sequence[int],
+        n_draft: int,
+        nc_context: NgramCache,
+        nc_dynamic: NgramCache,
+        nc_static: object = None,
+    ) -> list[int]:
+        """Up to ``n_draft`` tokens to verify after ``tokens`` (the whole request so far).
+
+        First llama.cpp's draft from the three caches (exactly ``draft``'s output), then, if it
+        is shorter than ``n_draft``, the continuation of the longest earlier match of the
+        sequence's suffix in the history, as long as the estimated acceptance allows.
+        """
+        return self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, False)
+
+    def propose_detached(
+        self,
+        tokens: Sequence[int],
+        n_draft: int,
+        nc_context: NgramCache,
+        nc_dynamic: NgramCache,
+        nc_static: object = None,
+    ) -> list[int]:
+        """Like :meth:`propose`, for a request that is not the history's current one.
+
+        For a request open at the same time as the one whose tokens the history is following:
+        the match is sought for its own last tokens (``tokens``, the whole request so far),
+        among the history's occurrences; its tokens are not added to the history, so it never
+        matches itself. Observe it like any proposal (see :meth:`last_step`).
+        """
+        return self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, True)
+
+    def _propose(
+        self,
+        tokens: Sequence[int],
+        n_draft: int,
+        nc_context: NgramCache,
+        nc_dynamic: NgramCache,
+        nc_static: object,
+        detached: bool,
+    ) -> list[int]:
+        if n_draft < 0:
+            raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+        if not detached:
+            self._sync(tokens)
+        st = as_static_source(nc_static)
+        if st is None:
+            raise TypeError(f"nc_static must be a static cache, a StaticIndex or None, not {type(nc_static).__name__}")
+        n = len(tokens)
+        if n < 1:
+            self.last_llama = 0
+            self.last_suffix = 0
+            return []
+        lo = n - NGRAM_MAX if n > NGRAM_MAX else 0
+        tail = to_vec(tokens, lo)
+        base = i64(len(tail))
+        if n >= 2:
+            tail = draft_core(tail, n, n_draft, NGRAM_MIN, NGRAM_MAX, nc_context, nc_dynamic, st)
+        before = vec[i32]()  # attached: the query goes on into the stream, whose end is this request
+        if detached:
+            # The query reaches MAX_MATCH tokens back at most: that many of the request's last
+            # tokens, after a separator when the request is shorter (its start ends any match).
+            if n >= MAX_MATCH:
+                before = to_vec(tokens, n - MAX_MATCH)
+            else:
+                before = append(before, SEP)
+                rest = to_vec(tokens)
+                for j in range(len(rest)):
+                    before = append(before, rest[j])
+        tail = self._suffix(tail, base, n_draft, before)
+        return [int(tail[j]) for j in range(base, len(tail))]
+
+    def last_step(self) -> HybridStep:
+        """The bookkeeping of the last proposal, to :meth:`observe` it later with :meth:`resume_step`.
+
+        Needed when proposals of several requests are outstanding at once.
+        """
+        return HybridStep(self.last_llama_full, self.last_llama, self.last_suffix, self.last_cells)
+
+    def resume_step(self, step: HybridStep) -> None:
+        """Make ``step`` (from :meth:`last_step`) the proposal the next :meth:`observe` is about."""
+        self.last_llama_full = step.llama_full
+        self.last_llama = step.llama
+        self.last_suffix = step.suffix
+        self.last_cells = step.cells
+
+    def observe(self, n_accepted: int, committed: Sequence[int] = ()) -> None:
+        """Record that the engine accepted the first ``n_accepted`` tokens of the last proposal.
+
+        ``committed`` (optional) are the tokens the request grew by (accepted and sampled);
+        they may instead be passed with the next :meth:`propose`.
+        """
+        if n_accepted < 0:
+            raise ValueError(f"n_accepted must be >= 0, got {n_accepted}")
+        self._observe(n_accepted)
+        if len(committed) > 0:
+            self.history.extend(committed)
+            self.seen += len(committed)
+
+
+def replay_hybrid_core(
+    toks: vec[i32],
+    n_ctx: i64,
+    n_draft: i64,
+    st: StaticSource,
+    dyn: NgramCache,
+    state: HybridState,
+    progress: Callable[[int, int], None] | None,
+    total: i64,
+) -> tuple[i64, i64, i64, float]:
+    """The replay loop of ``_core.replay_core`` with hybrid drafts; (n_drafted, n_accept, n_steps, t)."""
+    import time
+
+    ctx = NgramCache()
+    n_drafted: i64 = 0
+    n_accept: i64 = 0
+    n_steps: i64 = 0
+    t_draft = 0.0
+    i_start: i64 = 0
+    check_ngram_range(NGRAM_MIN, NGRAM_MAX)
+    own = vec[i32]()  # the query's context is the stream's end (the chunk is the current request)
+    while i_start + n_ctx < total:
+        t0 = time.perf_counter()
+        state.begin_request()
+        state._push_token(toks[i_start])
+        pos: i64 = 1
+        while pos < n_ctx:
+            n_steps += 1
+            tail = vec[i32](capacity=NGRAM_MAX + n_draft)
+            lo = pos - 4 if pos > 4 else 0
+            for j in range(i_start + lo, i_start + pos):
+                tail = append(tail, toks[j])
+            base = i64(len(tail))
+            if pos >= 2:
+                tail = draft_core(tail, pos, n_draft, NGRAM_MIN, NGRAM_MAX, ctx, dyn, st)
+            tail = state._suffix(tail, base, n_draft, own)
+            nd = i64(len(tail)) - base
+            n_drafted += nd
+            acc: i64 = 0
+            while acc < nd and pos < n_ctx:
+                if toks[i_start + pos] != tail[base + acc]:
+                    break
+                n_accept += 1
+                acc += 1
+                pos += 1
+                ctx._update_at(toks, i_start, pos, 1, NGRAM_MIN, NGRAM_MAX)
+                state._push_token(toks[i_start + pos - 1])
+            state._observe(acc)
+            if pos < n_ctx:
+                pos += 1
+                ctx._update_at(toks, i_start, pos, 1, NGRAM_MIN, NGRAM_MAX)
+                state._push_token(toks[i_start + pos - 1])
+        t_draft += time.perf_counter() - t0
+        dyn._merge_native(ctx)
+        ctx._clear_keep()
+        i_start += n_ctx
+        if progress is not None:
+            progress(int(min(i_start, total)), int(total))
+    return n_drafted, n_accept, n_steps, t_draft
+
+
+# --- the public replay (here, not in _core: it runs both policies, and _hybrid builds on _core) ---
+
+
+def replay(
+    tokens: Sequence[int],
+    n_ctx: int = 4096,
+    n_draft: int = 8,
+    nc_static: object = None,
+    nc_dynamic: NgramCache | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    policy: str = "llama",
+    history: object = None,
+) -> ReplayResult:
+    """Replay ``tokens`` as llama-lookup-stats does and return the counts and timings.
+
+    ``policy`` is ``"llama"`` (llama.cpp's rule, exact) or ``"hybrid"`` (llama.cpp's drafts,
+    then a suffix match over the chunks replayed so far: ``lookupdec.fast._hybrid``);
+    ``history`` is the hybrid policy's ``SuffixHistory`` (a fresh one if None; kept and
+    grown when given, like ``nc_dynamic``).
+
+    The tokens are cut into chunks of ``n_ctx`` while ``i_start + n_ctx < len(tokens)``
+    (so a last chunk that ends exactly at the end is dropped too, as in llama.cpp).
+    Each chunk starts with an empty context cache; after a chunk the context cache is
+    merged into the dynamic one, which therefore grows through the run. ``nc_dynamic``
+    is modified in place when given and must be a fast NgramCache (TypeError otherwise).
+    ``nc_static`` is a fast NgramCache, a StaticIndex, None, or any object with the
+    reference's ``part(key)`` (looked up through Python calls).
+    """
+    if n_ctx < 1:
+        raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
+    if n_draft < 0:
+        raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+    check_policy(policy)
+    st = require_static_source(nc_static)
+    dyn = require_cache(nc_dynamic, "nc_dynamic") if nc_dynamic is not None else NgramCache()
+    total = len(tokens)
+    n_chunks = max(0, (total - 1) // n_ctx) if total > n_ctx else 0
+    # Only the chunks' tokens are ever read (and range-checked, as the reference's updates do).
+    used = n_chunks * n_ctx if n_ctx >= 2 else 0
+    toks = to_vec(tokens[:used] if used < total else tokens)
+    if policy == "hybrid":
+        if history is None:
+            history = SuffixHistory()
+        if not isinstance(history, SuffixHistory):
+            raise TypeError(f"history must be a fast SuffixHistory, not {type(history).__name__}")
+        state = HybridState(history)
+        n_drafted, n_accept, n_steps, t_draft = replay_hybrid_core(
+            toks, n_ctx, n_draft, st, dyn, state, progress, total
+        )
+    else:
+        n_drafted, n_accept, n_steps, t_draft = replay_core(toks, n_ctx, n_draft, st, dyn, progress, total)
+    return ReplayResult(
+        n_ctx=n_ctx,
+        n_draft=n_draft,
+        n_tokens=total,
+        n_predict=total - total % n_ctx,
+        n_drafted=int(n_drafted),
+        n_accept=int(n_accept),
+        t_draft_s=t_draft,
+        n_steps=int(n_steps),
+        policy=policy,
+    )

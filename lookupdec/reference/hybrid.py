@@ -1,0 +1,455 @@
+"""The hybrid drafting policy, readable model (the fast path's ``_hybrid`` gives identical drafts).
+
+llama.cpp's rule drafts only when its caches are confident, and stays silent on most steps.
+The hybrid policy keeps llama.cpp's draft (trimmed where the running estimate below says its
+tokens are unlikely to be accepted: per (draft length, position) acceptance counts) and,
+where it stops short of ``n_draft`` (or is empty), continues it with a *suffix match*:
+
+1. The query is the request so far followed by the tokens drafted so far. Its last two tokens
+   (a bigram) are looked up in the :class:`SuffixHistory`: the token stream of the earlier
+   requests and of the current one. Up to :data:`MAX_CANDIDATES` earlier occurrences are
+   taken, newest first, and each is extended backwards while it agrees with the query (up
+   to :data:`MAX_MATCH` tokens, never across a request boundary). The occurrences with the
+   longest match are followed. If the bigram never occurred, the newest occurrence of the
+   last token alone is followed (a match of length 1).
+2. Token by token, the draft takes the continuation most of the followed occurrences agree
+   on (on a tie, the newest occurrence's), and keeps following only the occurrences that
+   agree. It stops when the estimated probability that the token is reached *and* accepted
+   falls below :data:`THRESHOLD`. That probability is a running product: the chance that a
+   llama.cpp draft of this length is accepted whole (when there is one), times, for each
+   suffix token, the acceptance rate seen so far for suffix tokens of the same kind. The
+   kind is (support class, effective match length): the class says whether the token had
+   one occurrence behind it, won a tie, was unanimous among several, had a majority or
+   only a plurality (:func:`support_class`); the effective match length is the match length
+   plus the offset into the suffix part (a token drafted after ``k`` accepted ones extends
+   the match by ``k``), capped at 32. Rates are ``(ok + 1) / (tried + 2)`` (Laplace prior);
+   both counts are halved when ``tried`` reaches :data:`DECAY_AT`, so recent steps weigh
+   more. Long, unanimous matches therefore draft long, and a kind of token that keeps
+   failing stops being drafted beyond its first position.
+
+3. The threshold starts at :data:`THRESHOLD` and is steered after every :meth:`HybridState.observe`
+   so that the rejected drafted tokens average ``target_waste`` per step (see
+   :data:`TARGET_WASTE`, :data:`THRESHOLD_STEP`, :data:`BALANCE_CAP`).
+
+Everything is integer counting plus one float product in a fixed order: deterministic, and
+the fast path computes the same floats.
+
+Memory: the history keeps at most ``max_tokens`` tokens (separators included); when it is
+full, the older half is dropped and the index rebuilt over the rest.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from lookupdec.reference.cache import NGRAM_MAX, NGRAM_MIN, NgramCache
+from lookupdec.reference.draft import PartSource, draft
+
+SEP = -1
+"""Separator written before every request in the history stream (never matched)."""
+DEFAULT_MAX_TOKENS = 1 << 22
+"""Default bound of a :class:`SuffixHistory` (4,194,304 tokens)."""
+MAX_CANDIDATES = 16
+"""How many earlier occurrences of the last bigram are compared, newest first."""
+MAX_MATCH = 32
+"""Matches are measured up to this many tokens (longer ones count as this long)."""
+N_LEN = 33
+"""Acceptance statistics per effective match length 1..32 (match length + offset into the suffix part) ..."""
+N_CLASS = 5
+"""... and per support class of the drafted token (see :func:`support_class`)."""
+N_LLAMA = 17
+"""Acceptance statistics of llama.cpp's tokens per draft length 1..16 (16 = "16 or more") ..."""
+N_LLAMA_POS = 16
+"""... and position 0..15 in it (15 = "15 or later")."""
+THRESHOLD = 0.02
+"""Draft a suffix token only while its estimated chance to be reached and accepted is at least this."""
+TARGET_WASTE = 1.9
+"""Wasted drafted tokens per step the threshold is steered to (0 turns the controller off)."""
+THRESHOLD_STEP = 1.002
+"""Factor the threshold moves by after every observed step."""
+THRESHOLD_MIN = 0.002
+THRESHOLD_MAX = 0.5
+"""Bounds of the steered threshold."""
+BALANCE_CAP = 20000
+"""The waste balance is kept within +-64 tokens (in tenths)."""
+PRIOR_OK = 1.0
+PRIOR_TRIED = 2.0
+"""Laplace prior of every estimate: (ok + 1) / (tried + 2)."""
+DECAY_AT = 1 << 14
+"""Counts of a statistic are halved (integer division) when its ``tried`` reaches this."""
+POLICIES = ("llama", "hybrid")
+"""The drafting policies: llama.cpp's rule (the default, exact) and the hybrid policy."""
+
+
+def check_policy(policy: str) -> None:
+    """Raise ValueError unless ``policy`` is one of :data:`POLICIES`."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}: choose 'llama' or 'hybrid'")
+
+
+class SuffixHistory:
+    """The token history the hybrid policy matches against: earlier requests and the current one.
+
+    Holds at most ``max_tokens`` tokens; when full, the older half is evicted.
+    """
+
+    def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+        if max_tokens < 16:
+            raise ValueError(f"max_tokens must be >= 16, got {max_tokens}")
+        self.max_tokens = max_tokens
+        self.n_evictions = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.toks: list[int] = []
+        # bigram -> its indexed positions p (toks[p-2], toks[p-1] == bigram), oldest first
+        self.positions: dict[tuple[int, int], list[int]] = {}
+        # token -> the newest indexed position p with toks[p-1] == token
+        self.last_after: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        """Number of tokens (and separators) held."""
+        return len(self.toks)
+
+    def tokens(self) -> list[int]:
+        """The stream held, separators as -1."""
+        return list(self.toks)
+
+    def _index_last(self) -> None:
+        toks = self.toks
+        p = len(toks) - 1
+        if p < 2:
+            return
+        a, b, c = toks[p - 2], toks[p - 1], toks[p]
+        if SEP not in (a, b, c):
+            self.positions.setdefault((a, b), []).append(p)
+        if b != SEP and c != SEP:
+            self.last_after[b] = p
+
+    def push(self, token: int) -> None:
+        """Append one token (or :data:`SEP`), evicting the older half first when full."""
+        if len(self.toks) >= self.max_tokens:
+            kept = self.toks[len(self.toks) - self.max_tokens // 2 :]
+            self._reset()
+            self.n_evictions += 1
+            for t in kept:
+                self.toks.append(t)
+                self._index_last()
+        self.toks.append(token)
+        self._index_last()
+
+    def add_separator(self) -> None:
+        """Start a new request: matches never cross this point."""
+        self.push(SEP)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append tokens of the current request."""
+        for t in tokens:
+            self.push(int(t))
+
+    def candidates(
+        self, drafted: Sequence[int], max_candidates: int = MAX_CANDIDATES, request: Sequence[int] | None = None
+    ) -> list[tuple[int, int]]:
+        """Earlier occurrences of the query's suffix as (position, match length), newest first.
+
+        The query is the stream followed by ``drafted``; an occurrence's continuation starts at
+        its position. With ``request`` (a request not in the stream: its tokens so far), the
+        query is ``request`` followed by ``drafted``, and it starts after a separator. Up to
+        ``max_candidates`` occurrences of the last two tokens, each measured backwards (at most
+        :data:`MAX_MATCH`, never across a separator); if those two tokens never occurred, the
+        newest occurrence of the last token alone, with length 1.
+        """
+
+        def query(j: int) -> int:  # the query token j places before its end
+            if j < len(drafted):
+                return drafted[len(drafted) - 1 - j]
+            if request is not None:
+                i = len(request) - 1 - (j - len(drafted))
+                return request[i] if i >= 0 else SEP
+            p = len(self.toks) - 1 - (j - len(drafted))
+            return self.toks[p] if p >= 0 else SEP
+
+        last, before = query(0), query(1)
+        if last == SEP:
+            return []
+        if before != SEP and (before, last) in self.positions:
+            found = []
+            for p in reversed(self.positions[(before, last)][-max_candidates:]):
+                length = 2
+                while length < MAX_MATCH:
+                    at = p - 1 - length
+                    if at < 0 or self.toks[at] == SEP or self.toks[at] != query(length):
+                        break
+                    length += 1
+                found.append((p, length))
+            return found
+        if last in self.last_after:
+            return [(self.last_after[last], 1)]
+        return []
+
+
+def support_class(count: int, n_active: int) -> int:
+    """How well the candidates support a drafted token: 0 a single candidate, 1 one of several
+    (the newest wins a tie), 2 all of >= 2, 3 at least half, 4 fewer than half."""
+    if n_active == 1:
+        return 0
+    if count == 1:
+        return 1
+    if count == n_active:
+        return 2
+    if 2 * count >= n_active:
+        return 3
+    return 4
+
+
+def _estimate(ok: int, tried: int) -> float:
+    return (float(ok) + PRIOR_OK) / (float(tried) + PRIOR_TRIED)
+
+
+class HybridState:
+    """Per-drafter state of the hybrid policy: a :class:`SuffixHistory` and acceptance statistics.
+
+    Per request: :meth:`begin_request`, then per verification step :meth:`propose` and, once
+    the engine verified the proposal, :meth:`observe`. ``tokens`` given to :meth:`propose` is
+    the whole request so far and only grows; tokens not seen yet join the history first.
+    """
+
+    def __init__(
+        self,
+        history: SuffixHistory | None = None,
+        threshold: float = THRESHOLD,
+        max_candidates: int = MAX_CANDIDATES,
+        target_waste: float = TARGET_WASTE,
+    ) -> None:
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+        if max_candidates < 1:
+            raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
+        self.history = history if history is not None else SuffixHistory()
+        if not 0.0 <= target_waste <= 64.0:
+            raise ValueError(f"target_waste must be in [0, 64], got {target_waste}")
+        self.threshold = threshold
+        self.max_candidates = max_candidates
+        self.target_waste10 = round(target_waste * 10)  # tenths of a token: the balance stays an integer
+        self.balance = 0  # waste budget left, in tenths of a token
+        # acceptance counts per (support class, effective match length)
+        self.tried = [[0] * N_LEN for _ in range(N_CLASS)]
+        self.ok = [[0] * N_LEN for _ in range(N_CLASS)]
+        # acceptance counts of llama.cpp's tokens per (its draft's length, position)
+        self.l_tried = [[0] * N_LLAMA_POS for _ in range(N_LLAMA)]
+        self.l_ok = [[0] * N_LLAMA_POS for _ in range(N_LLAMA)]
+        self.last_llama_full = 0
+        self.seen = 0
+        self.last_llama = 0
+        self.last_suffix = 0
+        self.last_cells: list[tuple[int, int]] = []
+
+    def _llama_counts(self, m_full: int, j: int) -> tuple[int, int]:
+        """(ok, tried) of token ``j`` of a llama.cpp draft of ``m_full`` tokens."""
+        row, col = min(m_full, N_LLAMA - 1), min(j, N_LLAMA_POS - 1)
+        return self.l_ok[row][col], self.l_tried[row][col]
+
+    def begin_request(self) -> None:
+        """Start a new request (the previous one stays in the history)."""
+        self.history.add_separator()
+        self.seen = 0
+        self.last_llama = self.last_suffix = 0
+
+    def _sync(self, tokens: Sequence[int]) -> None:
+        if len(tokens) < self.seen:
+            raise ValueError(
+                f"tokens has {len(tokens)} tokens but the request already had {self.seen}: "
+                "call begin_request() before a new request"
+            )
+        self.history.extend(tokens[self.seen :])
+        self.seen = len(tokens)
+
+    def sync(self, tokens: Sequence[int]) -> None:
+        """Add the tokens of ``tokens`` (the whole request so far) not in the history yet.
+
+        :meth:`propose` does this itself; call it when a request ends, so that its last tokens
+        join the history too.
+        """
+        self._sync(tokens)
+
+    def truncate(self, n: int) -> None:
+        """Only the first ``n`` tokens of the last proposal are verified (the caller cut it).
+
+        Keeps :meth:`observe`'s waste count and statistics to the tokens the engine really saw.
+        """
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        m, s = self.last_llama, self.last_suffix
+        self.last_llama = min(m, n)
+        self.last_suffix = min(s, max(n - m, 0))
+
+    def extend_draft(self, drafted: list[int], n_draft: int, request: Sequence[int] | None = None) -> None:
+        """Trim and extend ``drafted``, llama.cpp's draft for the current history, in place.
+
+        llama.cpp's tokens are kept while the running estimate stays at or above the
+        threshold; suffix-match tokens follow under the same running estimate. ``request``: the
+        tokens of a request not in the history (see :meth:`propose_detached`), else None.
+        """
+        m_full = len(drafted)
+        self.last_llama_full, self.last_suffix = m_full, 0
+        prob = 1.0
+        m = 0
+        while m < m_full:
+            p_ok = _estimate(*self._llama_counts(m_full, m))
+            if prob * p_ok < self.threshold:
+                break
+            prob = prob * p_ok
+            m += 1
+        del drafted[m:]
+        self.last_llama = m
+        if m >= n_draft:
+            return
+        found = self.history.candidates(drafted, self.max_candidates, request)
+        if not found:
+            return
+        best = max(length for _, length in found)
+        active = [p for p, length in found if length == best]  # newest first
+        toks = self.history.toks
+        cells = []
+        k = 0
+        while m + k < n_draft:
+            nexts = [toks[p + k] if p + k < len(toks) else SEP for p in active]
+            votes = Counter(t for t in nexts if t != SEP)
+            if not votes:
+                break
+            top = max(votes.values())
+            token = next(t for t in nexts if votes.get(t) == top)  # a tie: the newest candidate's
+            cell = (support_class(top, len(active)), min(best + k, N_LEN - 1))
+            prob = prob * _estimate(self.ok[cell[0]][cell[1]], self.tried[cell[0]][cell[1]])
+            if prob < self.threshold:
+                break
+            drafted.append(token)
+            cells.append(cell)
+            active = [p for p, t in zip(active, nexts, strict=True) if t == token]
+            k += 1
+        self.last_cells = cells
+        self.last_suffix = k
+
+    def propose(
+        self,
+        tokens: Sequence[int],
+        n_draft: int,
+        nc_context: PartSource,
+        nc_dynamic: PartSource,
+        nc_static: PartSource | None = None,
+    ) -> list[int]:
+        """Up to ``n_draft`` tokens to verify after ``tokens`` (the whole request so far)."""
+        return self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached=False)
+
+    def propose_detached(
+        self,
+        tokens: Sequence[int],
+        n_draft: int,
+        nc_context: PartSource,
+        nc_dynamic: PartSource,
+        nc_static: PartSource | None = None,
+    ) -> list[int]:
+        """Like :meth:`propose`, for a request that is not the history's current one.
+
+        For a request open at the same time as the one whose tokens the history is following:
+        the match is sought for its own last tokens (``tokens``, the whole request so far)
+        among the history's occurrences; its tokens are not added to the history (so it never
+        matches itself). Observe it like any proposal (see :meth:`last_step`).
+        """
+        return self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached=True)
+
+    def _propose(
+        self,
+        tokens: Sequence[int],
+        n_draft: int,
+        nc_context: PartSource,
+        nc_dynamic: PartSource,
+        nc_static: PartSource | None,
+        detached: bool,
+    ) -> list[int]:
+        if n_draft < 0:
+            raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+        if not detached:
+            self._sync(tokens)
+        if not tokens:
+            self.last_llama = self.last_suffix = 0
+            return []
+        drafted = [tokens[-1]]
+        draft(tokens, drafted, n_draft, NGRAM_MIN, NGRAM_MAX, nc_context, nc_dynamic, nc_static or NgramCache())
+        out = drafted[1:]
+        self.extend_draft(out, n_draft, tokens if detached else None)
+        return out
+
+    def last_step(self) -> tuple[int, int, int, list[tuple[int, int]]]:
+        """The bookkeeping of the last proposal, to :meth:`observe` it later with :meth:`resume_step`.
+
+        Needed when proposals of several requests are outstanding at once.
+        """
+        return (self.last_llama_full, self.last_llama, self.last_suffix, self.last_cells)
+
+    def resume_step(self, step: tuple[int, int, int, list[tuple[int, int]]]) -> None:
+        """Make ``step`` (from :meth:`last_step`) the proposal the next :meth:`observe` is about."""
+        self.last_llama_full, self.last_llama, self.last_suffix, self.last_cells = step
+
+    def observe(self, n_accepted: int, committed: Sequence[int] = ()) -> None:
+        """Record that the first ``n_accepted`` tokens of the last proposal were accepted.
+
+        ``committed`` (optional): the tokens the request grew by; or pass them with the next propose.
+        """
+        if n_accepted < 0:
+            raise ValueError(f"n_accepted must be >= 0, got {n_accepted}")
+        m, s = self.last_llama, self.last_suffix
+        if self.target_waste10 > 0:  # steer the threshold to the target waste per step
+            wasted = max(m + s - n_accepted, 0)
+            self.balance = max(-BALANCE_CAP, min(BALANCE_CAP, self.balance + self.target_waste10 - 10 * wasted))
+            t = self.threshold * THRESHOLD_STEP if self.balance < 0 else self.threshold / THRESHOLD_STEP
+            self.threshold = max(THRESHOLD_MIN, min(THRESHOLD_MAX, t))
+        row = min(self.last_llama_full, N_LLAMA - 1)
+        for j in range(min(m, n_accepted + 1)):  # llama.cpp's tokens reached: the accepted ones and the first miss
+            col = min(j, N_LLAMA_POS - 1)
+            self.l_tried[row][col] += 1
+            if j < n_accepted:
+                self.l_ok[row][col] += 1
+            if self.l_tried[row][col] >= DECAY_AT:
+                self.l_tried[row][col] //= 2
+                self.l_ok[row][col] //= 2
+        if s > 0 and n_accepted >= m:
+            acc = n_accepted - m
+            for k in range(min(s, acc + 1)):  # the tokens reached: the accepted ones and the first miss
+                cls, eff = self.last_cells[k]
+                self.tried[cls][eff] += 1
+                if k < acc:
+                    self.ok[cls][eff] += 1
+                if self.tried[cls][eff] >= DECAY_AT:
+                    self.tried[cls][eff] //= 2
+                    self.ok[cls][eff] //= 2
+        self.last_llama = self.last_suffix = 0
+        if committed:
+            self.history.extend(committed)
+            self.seen += len(committed)
+
+
+def hybrid_chunk_step(
+    state: HybridState,
+    out: list[int],
+    n_draft: int,
+    context: NgramCache,
+    dynamic: NgramCache,
+    static: PartSource,
+) -> list[int]:
+    """One replay step's proposal: llama.cpp's draft after ``out`` (if ``len(out) >= 2``), then the suffix part."""
+    drafted = [out[-1]]
+    draft(out, drafted, n_draft, NGRAM_MIN, NGRAM_MAX, context, dynamic, static)
+    proposal = drafted[1:]
+    state.extend_draft(proposal, n_draft)
+    return proposal
+
+
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "POLICIES",
+    "HybridState",
+    "SuffixHistory",
+    "check_policy",
+]

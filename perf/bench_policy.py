@@ -1,0 +1,157 @@
+"""Drafting policies side by side: tokens per verification step, waste and cost per step.
+
+Replays with llama-lookup-stats' loop (n_ctx 4096, n_draft 8) under each policy, on two sets:
+
+- ``wikitext``: the WikiText-103 test split with the static index of ``enwiki_wt.10M`` (the
+  issue-13 goal: >= 1.33 tokens per step for the hybrid policy);
+- ``heldout``: the second half of ``enwiki_wt.10M`` replayed with a static index built from
+  the first half only (no overlap), to check that parameters chosen on WikiText carry over.
+
+Counts are deterministic; times are noisy (shared machine), so every replay is repeated
+``--repeats`` times with the policies interleaved, and the median µs per step is reported
+(``t_draft / n_steps``: drafting, the context-cache updates and the hybrid history, as
+llama.cpp times ``t_draft``).
+
+    python -m perf policy                 # both sets, markdown table on stdout
+    python -m perf policy --sets wikitext --repeats 5 --json results/policy.json
+    python -m perf policy --corpus-history   # adds "hybrid+corpus": the static corpus preloaded in the history
+
+``--corpus-history`` approximates the issue's optional suffix structure over the corpus: the
+static index's corpus is appended to a ``SuffixHistory`` (in memory, as one earlier request)
+before the replay, ``replay(..., policy="hybrid", history=...)``; its build time is not timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perf._common import N_CTX, N_DRAFT, REPLAY_FILE, STATIC_FILE
+
+POLICIES = ("llama", "hybrid")
+
+
+def data_dir() -> Path:
+    import os
+
+    env = os.environ.get("LOOKUPDEC_DATA")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def read_tokens(path: Path) -> list[int]:
+    return list(np.fromfile(path, dtype="<i4").tolist())
+
+
+def static_index(fast: Any, corpus: list[int], path: Path) -> Any:
+    """The corpus's static index file (lookupdec format), memory-mapped as ``stats -lcs`` does."""
+    if not path.exists():
+        fast.StaticIndex.from_cache(fast.build_static(corpus)).save(path)
+    return fast.load_static(str(path))
+
+
+def corpus_history(fast: Any, corpus: list[int]) -> Any:
+    """A fresh hybrid history holding ``corpus`` as one earlier request."""
+    history = fast.SuffixHistory()
+    history.add_separator()
+    history.extend(corpus)
+    return history
+
+
+def run_set(
+    fast: Any, name: str, replay: list[int], static: Any, repeats: int, corpus: list[int] | None = None
+) -> list[dict[str, Any]]:
+    variants = [*POLICIES, "hybrid+corpus"] if corpus is not None else list(POLICIES)
+    times: dict[str, list[float]] = {p: [] for p in variants}
+    last: dict[str, Any] = {}
+    for _ in range(repeats):
+        for variant in variants:  # interleaved: every variant sees the same machine load
+            if variant == "hybrid+corpus":
+                history = corpus_history(fast, corpus or [])
+                r = fast.replay(replay, N_CTX, N_DRAFT, static, None, None, "hybrid", history)
+            else:
+                r = fast.replay(replay, N_CTX, N_DRAFT, static, None, None, variant)
+            times[variant].append(1e6 * r.t_draft_s / r.n_steps)
+            last[variant] = r
+    rows = []
+    for policy in variants:
+        r = last[policy]
+        rows.append(
+            {
+                "set": name,
+                "policy": policy,
+                "n_tokens": len(replay),
+                "n_steps": r.n_steps,
+                "n_accept": r.n_accept,
+                "n_drafted": r.n_drafted,
+                "tokens_per_step": r.tokens_per_step,
+                "wasted_per_step": r.wasted_per_step,
+                "us_per_step_median": statistics.median(times[policy]),
+                "us_per_step_all": times[policy],
+            }
+        )
+    base = rows[0]["tokens_per_step"]
+    for row in rows:
+        row["vs_llama_pct"] = 100.0 * (row["tokens_per_step"] / base - 1.0)
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m perf policy", description=__doc__.split("\n\n")[0])
+    p.add_argument("--sets", default="wikitext,heldout", help="comma-separated: wikitext, heldout")
+    p.add_argument("--repeats", type=int, default=3, help="replays per policy (interleaved); median time")
+    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    p.add_argument("--cache-dir", metavar="DIR", help="where the static index files are kept (default: a temp dir)")
+    p.add_argument(
+        "--corpus-history", action="store_true", help="also replay with the static corpus preloaded in the history"
+    )
+    args = p.parse_args(argv)
+
+    from lookupdec import fast
+
+    if not fast.COMPILED:
+        print(
+            "perf policy: the fast path is not compiled (pip install -e .); times would mean nothing", file=sys.stderr
+        )
+        return 2
+    d = data_dir()
+    if not (d / REPLAY_FILE).exists():
+        print(f"perf policy: {d / REPLAY_FILE} not found (set LOOKUPDEC_DATA)", file=sys.stderr)
+        return 2
+    cache = Path(args.cache_dir) if args.cache_dir else Path(tempfile.mkdtemp(prefix="lookupdec-policy-"))
+    cache.mkdir(parents=True, exist_ok=True)
+    corpus = read_tokens(d / STATIC_FILE)
+    rows: list[dict[str, Any]] = []
+    for name in args.sets.split(","):
+        if name == "wikitext":
+            static = static_index(fast, corpus, cache / "enwiki_wt.10M.lkdc")
+            extra = corpus if args.corpus_history else None
+            rows += run_set(fast, name, read_tokens(d / REPLAY_FILE), static, args.repeats, extra)
+        elif name == "heldout":
+            half = len(corpus) // 2
+            static = static_index(fast, corpus[:half], cache / "enwiki_wt.10M.first-half.lkdc")
+            extra = corpus[:half] if args.corpus_history else None
+            rows += run_set(fast, name, corpus[half:], static, args.repeats, extra)
+        else:
+            p.error(f"unknown set {name!r}")
+    print("| set | policy | tokens/step | vs llama | accepted | drafted | wasted/step | µs/step (median) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['set']} | {r['policy']} | {r['tokens_per_step']:.4f} | {r['vs_llama_pct']:+.1f} % | "
+            f"{r['n_accept']:,} | {r['n_drafted']:,} | {r['wasted_per_step']:.3f} | {r['us_per_step_median']:.2f} |"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

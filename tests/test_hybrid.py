@@ -1,0 +1,238 @@
+"""The hybrid drafting policy (issue 13): hand-worked cases per implementation, and the fast path
+against the reference model (identical drafts, identical replay counts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lookupdec.reference as ref
+from tests.conftest import fast_impl
+from tests.impls import FastImpl, ImplTests, ReferenceImpl
+
+DATA = Path(__file__).resolve().parent.parent / "lookupdec" / "data"
+
+
+def demo(name: str, n: int) -> list[int]:
+    return list(np.fromfile(DATA / name, dtype="<i4")[:n].tolist())
+
+
+class HybridTests(ImplTests):
+    def state(self, *requests: list[int], **kw: Any) -> Any:
+        """A fresh state whose history holds ``requests`` (each a finished request)."""
+        kw.setdefault("target_waste", 0)  # a fixed threshold: the hand-worked numbers below
+        s = self.impl.HybridState(self.impl.SuffixHistory(), **kw)
+        for r in requests:
+            s.begin_request()
+            s.propose(r, 0, self.impl.NgramCache(), self.impl.NgramCache())
+        s.begin_request()
+        return s
+
+    def propose(self, s: Any, tokens: list[int], n_draft: int = 8) -> list[int]:
+        empty = self.impl.NgramCache()  # llama.cpp's rule drafts nothing: only the suffix part
+        return list(s.propose(tokens, n_draft, empty, empty, None))
+
+    def test_continues_an_earlier_request(self) -> None:
+        # Fresh estimates are 1/2 per token, so the running product allows 5 tokens (1/32 >= 0.02);
+        # the earlier request ends after 5, 6 (a separator stops the continuation).
+        s = self.state([1, 2, 3, 4, 5, 6])
+        assert self.propose(s, [9, 1, 2]) == [3, 4, 5, 6]
+
+    def test_product_threshold_limits_the_length(self) -> None:
+        s = self.state(list(range(100, 120)))
+        assert self.propose(s, [100, 101]) == [102, 103, 104, 105, 106]  # 0.5**6 < 0.02
+        s = self.state(list(range(100, 120)), threshold=0.2)
+        assert self.propose(s, [100, 101]) == [102, 103]  # 0.125 < 0.2
+
+    def test_n_draft_caps(self) -> None:
+        s = self.state(list(range(100, 120)))
+        assert self.propose(s, [100, 101], 2) == [102, 103]
+        assert self.propose(s, [100, 101], 0) == []
+
+    def test_longest_match_wins_over_newer(self) -> None:
+        s = self.state([5, 7, 8, 1], [6, 7, 8, 2])
+        assert self.propose(s, [5, 7, 8], 1) == [1]
+
+    def test_majority_then_newest(self) -> None:
+        s = self.state([7, 8, 9, 1], [7, 8, 9, 2], [7, 8, 9, 2])
+        assert self.propose(s, [7, 8, 9], 1) == [2]
+        s = self.state([7, 8, 9, 2], [7, 8, 9, 1])
+        assert self.propose(s, [7, 8, 9], 1) == [1]  # one vote each: the newest occurrence
+
+    def test_matches_inside_the_request(self) -> None:
+        s = self.state()
+        assert self.propose(s, [4, 5, 6, 4, 5], 3) == [6, 4, 5]
+
+    def test_one_token_fallback(self) -> None:
+        s = self.state([3, 4, 5])
+        assert self.propose(s, [9, 3], 2) == [4, 5]
+
+    def test_nothing_known(self) -> None:
+        s = self.state([3, 4, 5])
+        assert self.propose(s, [9, 8]) == []
+        assert self.propose(s, [9, 8, 7]) == []
+
+    def test_acceptance_feedback_shortens_drafts(self) -> None:
+        s = self.state([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+        assert self.propose(s, [1, 2]) == [3, 4, 5, 6, 7]  # fresh: 1/2 per token, 1/32 >= 0.02
+        s.observe(5)  # all five accepted: their estimates rise to 2/3
+        s.begin_request()
+        assert self.propose(s, [1, 2]) == [3, 4, 5, 6, 7, 8, 9]  # (2/3)**5 * (1/2)**2 >= 0.02 > ... * 1/2
+        for misses in range(1, 100):  # from now on the first suffix token is always rejected
+            s.observe(0)
+            s.begin_request()
+            got = self.propose(s, [1, 2], 8)
+            # the first token's estimate is (1 + 1) / (1 + misses + 2); the second's stays 2/3
+            p1 = 2 / (3 + misses)
+            expected = [3, 4] if p1 * 2 / 3 >= 0.02 else ([3] if p1 >= 0.02 else [])
+            assert got[:2] == expected, misses
+        assert got == []  # 2 / 102 < 0.02
+
+    def test_llama_draft_comes_first(self) -> None:
+        impl = self.impl
+        ctx = impl.NgramCache()
+        seq = [1, 2, 3, 1, 2, 3, 1, 2]
+        ctx.update(seq, len(seq), 1, 4)
+        expected_llama: list[int] = [seq[-1]]
+        impl.draft(seq, expected_llama, 8, 1, 4, ctx, impl.NgramCache(), impl.NgramCache())
+        s = self.state()
+        got = s.propose(seq, 8, ctx, impl.NgramCache(), None)
+        # fresh estimates are 1/2 per token: llama.cpp's first 5 tokens are kept (1/32 >= 0.02)
+        kept = min(len(expected_llama) - 1, 5)
+        assert kept > 0
+        assert got[:kept] == expected_llama[1 : 1 + kept]
+
+    def test_waste_controller_raises_threshold(self) -> None:
+        s = self.impl.HybridState(self.impl.SuffixHistory(), 0.02, 16, 1.0)
+        s.begin_request()
+        assert self.propose(s, [1, 2, 3, 1, 2]) == [3, 1, 2]
+        s.observe(0)  # 3 wasted against a target of 1: overspent, the threshold rises
+        assert s.threshold == pytest.approx(0.02 * 1.002)
+        s.observe(0)  # nothing proposed: the budget refills, the threshold falls back
+        assert s.threshold == pytest.approx(0.02 * 1.002 * 1.002)  # still overspent (balance -20 + 10)
+        s.observe(0)
+        assert s.threshold == pytest.approx(0.02 * 1.002)
+
+    def test_tokens_must_grow_within_a_request(self) -> None:
+        s = self.state()
+        self.propose(s, [1, 2, 3])
+        with pytest.raises(ValueError, match="begin_request"):
+            self.propose(s, [1, 2])
+
+    def test_bad_arguments(self) -> None:
+        with pytest.raises(ValueError, match="max_tokens"):
+            self.impl.SuffixHistory(3)
+        with pytest.raises(ValueError, match="threshold"):
+            self.impl.HybridState(None, 1.5)
+        with pytest.raises(ValueError, match="n_accepted"):
+            self.impl.HybridState().observe(-1)
+        with pytest.raises(ValueError, match="unknown policy 'best'"):
+            self.impl.replay([1, 2, 3], 2, 8, None, None, None, "best")
+
+    def test_history_eviction_keeps_newest_half(self) -> None:
+        h = self.impl.SuffixHistory(16)
+        h.add_separator()
+        h.extend(list(range(20)))
+        assert len(h) <= 16
+        assert h.n_evictions >= 1
+        assert h.tokens()[-1] == 19
+        assert h.tokens() == ([-1, *range(20)])[-len(h) :]
+
+    def test_replay_llama_policy_reports_steps(self) -> None:
+        tokens = [1, 2, 3] * 10 + [0]
+        r = self.impl.replay(tokens, 30, 8)
+        assert r.policy == "llama"
+        # every token after the chunk's first is accepted or sampled: steps = 29 - accepted (+1
+        # when the chunk ends on an accepted token, whose step samples nothing).
+        assert 29 - r.n_accept <= r.n_steps <= 29 - r.n_accept + 1
+        assert r.tokens_per_step == pytest.approx((r.n_accept + r.n_steps) / r.n_steps)
+        d = r.to_dict()
+        assert {"n_steps", "tokens_per_step", "wasted_per_step", "policy"} <= d.keys()
+
+    def test_replay_hybrid_beats_llama_on_repetition(self) -> None:
+        tokens = demo("wiki.test.demo.llama3.bin", 6000)
+        llama = self.impl.replay(tokens, 2000, 8)
+        hybrid = self.impl.replay(tokens, 2000, 8, None, None, None, "hybrid")
+        assert hybrid.policy == "hybrid"
+        assert hybrid.tokens_per_step > llama.tokens_per_step
+
+
+class TestHybridReference(ReferenceImpl, HybridTests):
+    pass
+
+
+class TestHybridFast(FastImpl, HybridTests):
+    pass
+
+
+# --- differential: fast against the reference model ----------------------------------------
+
+
+def lockstep(tokens: list[int], n_draft: int, chunk: int, max_tokens: int, static: list[int] | None) -> int:
+    """Drive both states through the same requests with caches; assert identical proposals."""
+    fast = fast_impl()
+    states = [
+        (impl, impl.HybridState(impl.SuffixHistory(max_tokens)), impl.NgramCache(), impl.NgramCache())
+        for impl in (fast, ref)
+    ]
+    statics = [impl.build_static(static) if static else None for impl in (fast, ref)]
+    steps = 0
+    for start in range(0, len(tokens) - 1, chunk):
+        part = tokens[start : start + chunk]
+        for _, s, _, _ in states:
+            s.begin_request()
+        out = part[:1]
+        while len(out) < len(part):
+            props = [s.propose(out, n_draft, c, d, st) for (_, s, c, d), st in zip(states, statics, strict=True)]
+            assert props[0] == props[1], f"step {steps}: fast {props[0]} reference {props[1]}"
+            steps += 1
+            acc = 0
+            for t in props[0]:
+                if len(out) + acc >= len(part) or part[len(out) + acc] != t:
+                    break
+                acc += 1
+            new = part[len(out) : len(out) + acc + 1]
+            out = out + new
+            for _, s, c, _ in states:
+                s.observe(acc)
+                c.update(out, len(new), 1, 4)
+        for _, _, c, d in states:
+            d.merge(c)
+            c.clear()
+    return steps
+
+
+def test_lockstep_demo_data() -> None:
+    assert lockstep(demo("wiki.test.demo.llama3.bin", 5000), 8, 1500, 1 << 22, demo("enwiki_wt.demo.llama3.bin", 30000))
+
+
+def test_lockstep_with_eviction() -> None:
+    assert lockstep(demo("wiki.test.demo.llama3.bin", 4000), 6, 700, 600, None)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    tokens=st.lists(st.integers(0, 5), min_size=2, max_size=300),
+    n_draft=st.integers(0, 10),
+    chunk=st.integers(2, 80),
+    max_tokens=st.integers(16, 120),
+)
+def test_lockstep_random(tokens: list[int], n_draft: int, chunk: int, max_tokens: int) -> None:
+    lockstep(tokens, n_draft, chunk, max_tokens, tokens[::-1])
+
+
+def test_replay_counts_identical_on_demo_data() -> None:
+    fast = fast_impl()
+    tokens = demo("wiki.test.demo.llama3.bin", 9000)
+    corpus = demo("enwiki_wt.demo.llama3.bin", 60000)
+    results = [
+        impl.replay(tokens, 2048, 8, impl.build_static(corpus), None, None, "hybrid", impl.SuffixHistory(5000))
+        for impl in (fast, ref)
+    ]
+    counts = {(r.n_steps, r.n_accept, r.n_drafted) for r in results}
+    assert len(counts) == 1, counts
