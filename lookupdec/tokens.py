@@ -76,15 +76,20 @@ def check_token_ids(path: str | os.PathLike[str], ids: TokenArray, *, raw: bool 
             )
 
 
-def _read_npy(name: str) -> TokenArray:
+def npy_layout(name: str) -> tuple[int, np.dtype[Any], int]:
+    """``(length, dtype, data offset)`` of a one-dimensional integer ``.npy`` file, header checked.
+
+    Raises :class:`TokenFileError` naming the file for a bad header, a non-integer dtype, more
+    than one dimension, or data cut short. Only the header is read.
+    """
     fmt = np.lib.format
     try:
         with open(name, "rb") as f:
             version = fmt.read_magic(f)
             if version == (1, 0):
-                shape, fortran, dtype = fmt.read_array_header_1_0(f)
+                shape, _, dtype = fmt.read_array_header_1_0(f)
             else:
-                shape, fortran, dtype = fmt.read_array_header_2_0(f)
+                shape, _, dtype = fmt.read_array_header_2_0(f)
             data_offset = f.tell()
     except (ValueError, EOFError) as e:
         raise TokenFileError(name, f"not a valid .npy file ({e})", 0) from None
@@ -98,8 +103,12 @@ def _read_npy(name: str) -> TokenArray:
         raise TokenFileError(
             name, f".npy data cut short: {shape[0]} ids of {dtype.itemsize} bytes need {expected} bytes", size
         )
-    del fortran  # irrelevant for a one-dimensional array
-    arr: npt.NDArray[Any] = np.fromfile(name, dtype=dtype, count=int(shape[0]), offset=data_offset)
+    return int(shape[0]), dtype, data_offset
+
+
+def _read_npy(name: str) -> TokenArray:
+    length, dtype, data_offset = npy_layout(name)
+    arr: npt.NDArray[Any] = np.fromfile(name, dtype=dtype, count=length, offset=data_offset)
     if arr.size and dtype.itemsize >= 4 and not np.can_cast(dtype, np.int32):
         bad = np.flatnonzero((arr < INT32_MIN) | (arr > INT32_MAX))
         if bad.size:

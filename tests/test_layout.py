@@ -141,7 +141,8 @@ def test_formats_import_no_implementation_or_tool() -> None:
 
 def test_build_imports_only_downward() -> None:
     """lookupdec.build (bounded-memory create/merge) sits on formats and the leaves; no implementation, no tool."""
-    below = ("lookupdec.build", "lookupdec.formats", "lookupdec.errors", "lookupdec._atomic")
+    # lookupdec.tokens: token-file input, a leaf above errors only (the .npy header checks are shared).
+    below = ("lookupdec.build", "lookupdec.formats", "lookupdec.errors", "lookupdec._atomic", "lookupdec.tokens")
     modules = [m for m in GRAPH if m.startswith("lookupdec.build")]
     assert "lookupdec.build._write" in modules and "lookupdec.build.dask" in modules
     for m in modules:

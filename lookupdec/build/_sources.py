@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 from lookupdec.build._count import IdCode
 from lookupdec.errors import TokenFileError
+from lookupdec.tokens import npy_layout
 
 SCAN_BLOCK = 1 << 24
 """Tokens read per block when scanning a source for its id range."""
@@ -110,27 +111,8 @@ class Source:
 
 
 def _open_npy(name: str) -> Source:
-    fmt = np.lib.format
-    try:
-        with open(name, "rb") as f:
-            version = fmt.read_magic(f)
-            if version == (1, 0):
-                shape, _, dtype = fmt.read_array_header_1_0(f)
-            else:
-                shape, _, dtype = fmt.read_array_header_2_0(f)
-            offset = f.tell()
-    except (ValueError, EOFError) as e:
-        raise TokenFileError(name, f"not a valid .npy file ({e})", 0) from None
-    if dtype.kind not in "iu":
-        raise TokenFileError(name, f".npy array has dtype {dtype}, token ids need an integer dtype", 0)
-    if len(shape) != 1:
-        raise TokenFileError(name, f".npy array has shape {shape}, token ids need a one-dimensional array", 0)
-    expected = offset + int(shape[0]) * dtype.itemsize
-    if os.path.getsize(name) < expected:
-        raise TokenFileError(
-            name, f".npy data cut short: {shape[0]} ids of {dtype.itemsize} bytes need {expected} bytes", None
-        )
-    return Source(name, int(shape[0]), path=name, dtype=dtype.str, offset=offset)
+    length, dtype, offset = npy_layout(name)
+    return Source(name, length, path=name, dtype=dtype.str, offset=offset)
 
 
 def id_code(sources: list[Source]) -> IdCode:
