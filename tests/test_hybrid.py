@@ -3,7 +3,6 @@ against the reference model (identical drafts, identical replay counts)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lookupdec.reference as ref
-from tests.conftest import fast_impl
+from tests.conftest import DEMO_DATA, fast_impl
 from tests.impls import FastImpl, ImplTests, ReferenceImpl
 
-DATA = Path(__file__).resolve().parent.parent / "lookupdec" / "data"
+DATA = DEMO_DATA
 
 
 def demo(name: str, n: int) -> list[int]:
