@@ -105,18 +105,15 @@ def filled_i32(n: i64, value: i32) -> vec[i32]:
     return v
 
 
-def min_sample(strict: bool, i: i64) -> i64:
-    """Minimum number of observations at threshold index ``i`` (spec 3.1 table)."""
-    if strict:
-        return 4 if i == 0 else (3 if i == 1 else 2)
-    return 2 if i <= 1 else 1
-
-
-def min_percent(strict: bool, i: i64) -> i64:
-    """Minimum percent share of the selected token at threshold index ``i`` (spec 3.1 table)."""
-    if strict:
-        return 75 if i == 0 else 66
-    return 66 if i == 0 else 50
+# Thresholds by index i = n - ngram_min (spec 3.1): minimum number of observations and the
+# minimum percent share of the selected token. LAX for the context cache, STRICT for dynamic.
+# The reference's tables are tuples; these are vec[i64] because mypyc indexes a tuple of ints
+# through boxed Python objects (PyTuple_New, CPySequenceTuple_GetItem in the generated C),
+# while a module-level Final vec[i64] compiles to a bounds check and a native load.
+LAX_MIN_SAMPLE: Final = vec[i64]([2, 2, 1, 1])
+LAX_MIN_PERCENT: Final = vec[i64]([66, 50, 50, 50])
+STRICT_MIN_SAMPLE: Final = vec[i64]([4, 3, 2, 2])
+STRICT_MIN_PERCENT: Final = vec[i64]([75, 66, 66, 66])
 
 
 def token_range_error(tokens: Sequence[int], what: str = "token") -> TokenRangeError:
@@ -810,7 +807,8 @@ def try_primary(
     avail: i64,
     nmin: i64,
     nmax: i64,
-    strict: bool,
+    min_sample: vec[i64],
+    min_percent: vec[i64],
     st: StaticSource,
     has_st: bool,
 ) -> i32:
@@ -822,11 +820,14 @@ def try_primary(
     if len(c._k0) == 0:
         return NULL32
     pos = i64(len(seq))
-    i = nmax - nmin
-    while i >= 0:
+    top = nmax - nmin
+    # The reference's ``for i in range(top, -1, -1)``, longest n-gram first. mypyc compiles a
+    # range with a negative step through tagged Python ints (CPyTagged_* calls in the generated
+    # C) but one with the default step on i64 natively, hence the count up and ``top - k``.
+    for k in range(top + 1):
+        i = top - k  # indexes the threshold tables
         n = nmin + i
-        i -= 1
-        if n > avail:
+        if n > avail:  # spec 9: the n-gram would start before position 0
             continue
         p = pos - n
         t0 = seq[p]
@@ -837,9 +838,9 @@ def try_primary(
         if kid < 0:
             continue
         total = c._sum[kid]
-        if total < min_sample(strict, i + 1):
+        if total < min_sample[i]:
             continue
-        pct = min_percent(strict, i + 1)
+        pct = min_percent[i]
         mx = c._max[kid]
         # Lemire's precheck (spec 10): the selected count is <= the max, so this cannot pass later.
         if 100 * mx < pct * total:
@@ -898,9 +899,9 @@ def draft_core(
         pos = i64(len(seq))
         avail = avail0 + k
         has_st = st._st_begin(seq[pos - 2], seq[pos - 1])
-        t = try_primary(ctx, seq, avail, nmin, nmax, False, st, has_st)
+        t = try_primary(ctx, seq, avail, nmin, nmax, LAX_MIN_SAMPLE, LAX_MIN_PERCENT, st, has_st)
         if t == NULL32:
-            t = try_primary(dyn, seq, avail, nmin, nmax, True, st, has_st)
+            t = try_primary(dyn, seq, avail, nmin, nmax, STRICT_MIN_SAMPLE, STRICT_MIN_PERCENT, st, has_st)
         if t == NULL32 and has_st:
             t = st._st_pick()
         if t == NULL32:
