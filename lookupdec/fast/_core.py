@@ -79,6 +79,11 @@ def wrap32(x: i64) -> i64:
     return ((x + 2147483648) & M32) - 2147483648
 
 
+def low32(w: i64) -> i32:
+    """The low 32 bits of ``w`` as a signed int32 (the second token of a packed word)."""
+    return i32(wrap32(w & M32))
+
+
 def pack(a: i32, b: i32) -> i64:
     """Two int32 tokens as one i64 word: ``a`` in the high half, ``b``'s bits in the low half."""
     # Multiply instead of ``<<``: shifting a negative value left is undefined in C.
@@ -212,7 +217,7 @@ def key_words(key: Sequence[object]) -> tuple[bool, i64, i64]:
 
 def unpack_key(w0: i64, w1: i64) -> Key:
     """The 4-slot tuple of a packed key."""
-    return (int(w0 >> 32), int(wrap32(w0 & M32)), int(w1 >> 32), int(wrap32(w1 & M32)))
+    return (int(w0 >> 32), int(low32(w0)), int(w1 >> 32), int(low32(w1)))
 
 
 class StaticSource:
@@ -255,9 +260,9 @@ class PartAdapter(StaticSource):
         c = self.cur.get(int(tok))
         if c is None:
             return ABSENT
-        # Only the low 32 bits matter to the int32 weight (spec 5); this also keeps huge
-        # Python ints (unbounded in the reference) from overflowing i64.
-        return i64(((c + 2147483648) % 4294967296) - 2147483648)
+        # Only the low 32 bits matter to the int32 weight (spec 5); masking the Python int
+        # first keeps huge counts (unbounded in the reference) from overflowing i64.
+        return i64(low32(i64(c & 0xFFFFFFFF)))
 
     def _st_pick(self) -> i32:
         best = TOKEN_NULL

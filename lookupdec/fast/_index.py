@@ -40,6 +40,7 @@ from lookupdec.fast._core import (
     StaticSource,
     filled_i32,
     key_words,
+    low32,
     pack,
 )
 
@@ -180,7 +181,7 @@ class IndexBuilder:
         keys = self.keys
         for o in range(n_keys):
             kw = keys[o]
-            h = static_slot(i32(kw >> 32), i32(((kw & M32) ^ 0x80000000) - 0x80000000), bits)
+            h = static_slot(i32(kw >> 32), low32(kw), bits)
             while slots[h] >= 0:
                 h = (h + 1) & mask
             slots[h] = i32(o)
@@ -245,7 +246,7 @@ def index_bytes_from_cache(cache: NgramCache) -> bytes:
             toks = append(toks, cache._ntok[node])
             cnts = append(cnts, cache._ncnt[node])
             node = i64(cache._nnext[node])
-        b.add(i32(w0 >> 32), i32(((w0 & M32) ^ 0x80000000) - 0x80000000), toks, cnts)
+        b.add(i32(w0 >> 32), low32(w0), toks, cnts)
     return b.to_bytes()
 
 
@@ -619,14 +620,14 @@ class StaticIndex(StaticSource):
     def _key_of(self, o: i64) -> Key:
         """The 4-slot key of ordinal ``o``."""
         w = self._rd64(self._o_keys + 8 * o)
-        return (int(w >> 32), int(((w & M32) ^ 0x80000000) - 0x80000000), -1, -1)
+        return (int(w >> 32), int(low32(w)), -1, -1)
 
     def _ordinal(self, key: Sequence[object]) -> i64:
         """Ordinal of a 4-slot key (a padded 2-gram), -1 if absent."""
         ok, w0, w1 = key_words(key)
         if not ok or w1 != PAD_WORD:
             return -1
-        return self._find(i32(w0 >> 32), i32(((w0 & M32) ^ 0x80000000) - 0x80000000))
+        return self._find(i32(w0 >> 32), low32(w0))
 
     def part(self, key: Key) -> dict[int, int] | None:
         """The followers of a padded key as a new dict, or None (the reference's ``part``)."""
