@@ -102,6 +102,48 @@ def pair_hash(kid: i64, tok: i32) -> i64:
     return h ^ (h >> 29)
 
 
+# The two open-addressing tables of NgramCache (keys; (key, follower) pairs) probe linearly,
+# and these three functions are the only copies of the probe loop. A probe returns one i64,
+# the entry found or ``-1 - slot`` for the empty slot, so a caller tests its sign and an
+# insert knows where to write without probing again. mypyc compiles each call to a direct C
+# call (``CPyDef__core___key_probe``). gcc does not inline it, nor any helper here (``pack``,
+# ``key_hash``): with -fPIC it must assume that an exported function can be interposed.
+
+
+def key_probe(slots: vec[i32], k0: vec[i64], k1: vec[i64], mask: i64, w0: i64, w1: i64) -> i64:
+    """Probe ``slots`` for the packed key (w0, w1): its ordinal if present, else ``-1 - h``
+    for the empty slot ``h`` where it would be inserted (so any negative result means absent)."""
+    h = key_hash(w0, w1) & mask
+    while True:
+        s = i64(slots[h])
+        if s < 0:
+            return -1 - h
+        if k0[s] == w0 and k1[s] == w1:
+            return s
+        h = (h + 1) & mask
+
+
+def pair_probe(pslots: vec[i32], nkey: vec[i32], ntok: vec[i32], mask: i64, kid: i64, tok: i32) -> i64:
+    """Probe ``pslots`` for follower ``tok`` of key ``kid``, like :func:`key_probe`: its node
+    if present, else ``-1 - h`` for the empty slot ``h`` where it would be inserted."""
+    h = pair_hash(kid, tok) & mask
+    while True:
+        n = i64(pslots[h])
+        if n < 0:
+            return -1 - h
+        if ntok[n] == tok and i64(nkey[n]) == kid:
+            return n
+        h = (h + 1) & mask
+
+
+def empty_slot(slots: vec[i32], h: i64, mask: i64) -> i64:
+    """The first empty (-1) slot at or after ``h``, wrapping by ``mask``: where a rehash puts an
+    entry (every entry is distinct, so nothing needs comparing)."""
+    while slots[h] >= 0:
+        h = (h + 1) & mask
+    return h
+
+
 def filled_i32(n: i64, value: i32) -> vec[i32]:
     """A vec of ``n`` copies of ``value``."""
     v = vec[i32](capacity=n)
@@ -343,18 +385,12 @@ class NgramCache(StaticSource):
 
     def _find(self, w0: i64, w1: i64) -> i64:
         """Ordinal of the packed key, -1 if absent."""
-        slots = self._slots
-        k0 = self._k0
-        k1 = self._k1
-        mask = self._smask
-        h = key_hash(w0, w1) & mask
-        while True:
-            s = i64(slots[h])
-            if s < 0:
-                return -1
-            if k0[s] == w0 and k1[s] == w1:
-                return s
-            h = (h + 1) & mask
+        s = key_probe(self._slots, self._k0, self._k1, self._smask, w0, w1)
+        # An if statement, not ``s if s >= 0 else -1``: mypyc types that expression as a
+        # Python int (i64 | literal) and boxes s on the way (box, then unbox, in build/ops.txt).
+        if s < 0:
+            return -1
+        return s
 
     def _rehash_keys(self, size: i64) -> None:
         slots = filled_i32(size, NULL32)
@@ -362,31 +398,21 @@ class NgramCache(StaticSource):
         k0 = self._k0
         k1 = self._k1
         for kid in range(len(k0)):
-            h = key_hash(k0[kid], k1[kid]) & mask
-            while slots[h] >= 0:
-                h = (h + 1) & mask
-            slots[h] = i32(kid)
+            slots[empty_slot(slots, key_hash(k0[kid], k1[kid]) & mask, mask)] = i32(kid)
         self._slots = slots
         self._smask = mask
 
     def _intern(self, w0: i64, w1: i64) -> i64:
         """Ordinal of the packed key, inserting it (with no followers) if absent."""
-        slots = self._slots
         k0 = self._k0
-        k1 = self._k1
         mask = self._smask
-        h = key_hash(w0, w1) & mask
-        while True:
-            s = i64(slots[h])
-            if s < 0:
-                break
-            if k0[s] == w0 and k1[s] == w1:
-                return s
-            h = (h + 1) & mask
+        s = key_probe(self._slots, k0, self._k1, mask, w0, w1)
+        if s >= 0:
+            return s
         kid = i64(len(k0))
-        slots[h] = i32(kid)
+        self._slots[-1 - s] = i32(kid)
         self._k0 = append(k0, w0)
-        self._k1 = append(k1, w1)
+        self._k1 = append(self._k1, w1)
         self._head = append(self._head, NULL32)
         self._tail = append(self._tail, NULL32)
         self._nfol = append(self._nfol, 0)
@@ -399,18 +425,10 @@ class NgramCache(StaticSource):
 
     def _pair_find(self, kid: i64, tok: i32) -> i64:
         """Node of follower ``tok`` of key ``kid``, -1 if absent."""
-        pslots = self._pslots
-        nkey = self._nkey
-        ntok = self._ntok
-        mask = self._pmask
-        h = pair_hash(kid, tok) & mask
-        while True:
-            n = i64(pslots[h])
-            if n < 0:
-                return -1
-            if ntok[n] == tok and i64(nkey[n]) == kid:
-                return n
-            h = (h + 1) & mask
+        n = pair_probe(self._pslots, self._nkey, self._ntok, self._pmask, kid, tok)
+        if n < 0:  # an if statement for the reason given in _find
+            return -1
+        return n
 
     def _rehash_pairs(self, size: i64) -> None:
         pslots = filled_i32(size, NULL32)
@@ -418,38 +436,27 @@ class NgramCache(StaticSource):
         nkey = self._nkey
         ntok = self._ntok
         for nid in range(len(ntok)):
-            h = pair_hash(i64(nkey[nid]), ntok[nid]) & mask
-            while pslots[h] >= 0:
-                h = (h + 1) & mask
-            pslots[h] = i32(nid)
+            pslots[empty_slot(pslots, pair_hash(i64(nkey[nid]), ntok[nid]) & mask, mask)] = i32(nid)
         self._pslots = pslots
         self._pmask = mask
 
     def _bump(self, kid: i64, tok: i32, c: i64) -> None:
         """Add ``c`` (> 0) to the count of follower ``tok`` of key ``kid``, creating it if absent."""
-        pslots = self._pslots
-        nkey = self._nkey
         ntok = self._ntok
         mask = self._pmask
-        h = pair_hash(kid, tok) & mask
-        nc: i64 = c
-        while True:
-            n = i64(pslots[h])
-            if n < 0:
-                break
-            if ntok[n] == tok and i64(nkey[n]) == kid:
-                ncnt = self._ncnt
-                nc = ncnt[n] + c
-                ncnt[n] = nc
-                self._after_bump(kid, tok, c, nc)
-                return
-            h = (h + 1) & mask
+        n = pair_probe(self._pslots, self._nkey, ntok, mask, kid, tok)
+        if n >= 0:
+            ncnt = self._ncnt
+            nc = ncnt[n] + c
+            ncnt[n] = nc
+            self._after_bump(kid, tok, c, nc)
+            return
         nid = i64(len(ntok))
-        pslots[h] = i32(nid)
+        self._pslots[-1 - n] = i32(nid)
         self._ntok = append(ntok, tok)
         self._ncnt = append(self._ncnt, c)
         self._nnext = append(self._nnext, NULL32)
-        self._nkey = append(nkey, i32(kid))
+        self._nkey = append(self._nkey, i32(kid))
         # Append at the tail: followers keep insertion order, like the reference's dicts.
         tail = self._tail
         last = i64(tail[kid])
@@ -459,7 +466,7 @@ class NgramCache(StaticSource):
             self._nnext[last] = i32(nid)
         tail[kid] = i32(nid)
         self._nfol[kid] += 1
-        self._after_bump(kid, tok, c, nc)
+        self._after_bump(kid, tok, c, c)
         if 2 * (nid + 1) > mask + 1:
             self._rehash_pairs(2 * (mask + 1))
 

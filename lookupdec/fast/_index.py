@@ -2,10 +2,13 @@
 
 Opening costs O(1): the 96-byte header is checked and the file is memory-mapped (or, with
 ``in_memory=True``, read into one ``bytes``). Lookups read the flat little-endian arrays
-with ``librt.strings.read_i32_le``/``read_i64_le``, which mypyc compiles to direct loads on a
-``bytes`` object. An ``mmap`` is not a ``bytes``, so in mmap mode each lookup slices the
-few bytes it needs (a slot, a key, two starts, a pick, then the followers' tokens and
-counts) into small ``bytes`` objects and reads those.
+with ``librt.strings.read_i32_le``/``read_i64_le``. On a ``bytes`` object mypyc compiles
+each to ``CPyBytes_ReadI32LE``/``ReadI64LE``, static inline C helpers of its ``lib-rt`` that
+gcc inlines: a bounds check against the object's size, then one 4- or 8-byte load (a
+``memcpy``), no Python objects; the caller then tests the error sentinel (-113, with a
+``PyErr_Occurred()`` call only when a value equals it). An ``mmap`` is not a ``bytes``, so in
+mmap mode each lookup slices the few bytes it needs (a slot, a key, two starts, a pick, then
+the followers' tokens and counts) into small ``bytes`` objects and reads those.
 
 Every offset read from the file is checked before it is used, so a corrupt file raises
 :class:`~lookupdec.errors.CacheFormatError` instead of reading out of bounds.
@@ -38,6 +41,7 @@ from lookupdec.fast._core import (
     Key,
     NgramCache,
     StaticSource,
+    empty_slot,
     filled_i32,
     key_words,
     low32,
@@ -181,10 +185,7 @@ class IndexBuilder:
         keys = self.keys
         for o in range(n_keys):
             kw = keys[o]
-            h = static_slot(i32(kw >> 32), low32(kw), bits)
-            while slots[h] >= 0:
-                h = (h + 1) & mask
-            slots[h] = i32(o)
+            slots[empty_slot(slots, static_slot(i32(kw >> 32), low32(kw), bits), mask)] = i32(o)
         w = BytesWriter()
         pos: i64 = HEADER_SIZE
         for j in range(n_slots):
@@ -587,14 +588,18 @@ class StaticIndex(StaticSource):
         return n > 0
 
     def _st_count(self, tok: i32) -> i64:
-        """Count of ``tok`` in the selected part (branchless binary search), ABSENT if not there."""
+        """Count of ``tok`` in the selected part (binary search), ABSENT if not there."""
         n = self._cn
         if n == 0:
             return ABSENT
         bt = self._bt
         ct = self._ct
         lo: i64 = 0
-        # Halve a fixed number of times for a given length; the select compiles to a cmov.
+        # Halve a fixed number of times for a given length, choosing ``lo`` with a select
+        # instead of leaving the loop on a match. mypyc writes the select as an if/else on
+        # native ints; gcc -O3 turns it into a cmovge here (build/__native_lookupdec.c and the
+        # .so's disassembly), but that is the C compiler's choice. The loop still branches on
+        # read_i32_le's bounds check and error sentinel (both predictable: never taken).
         while n > 1:
             half = n >> 1
             lo = lo + half if read_i32_le(bt, ct + 4 * (lo + half)) <= tok else lo
