@@ -653,7 +653,9 @@ class NgramCache(StaticSource):
     def _kid_of(self, key: Sequence[object]) -> i64:
         """Ordinal of a 4-slot key given as a sequence, -1 if absent."""
         ok, w0, w1 = key_words(key)
-        return self._find(w0, w1) if ok else -1
+        if not ok:  # an if statement for the reason given in _find
+            return -1
+        return self._find(w0, w1)
 
     def get(self, key: Sequence[int]) -> dict[int, int]:
         """The followers of an n-gram (1..4 tokens or a padded key) as a new dict; empty if absent."""
@@ -975,7 +977,11 @@ def replay_core(
             nd: i64 = 0
             tail = vec[i32](capacity=NGRAM_MAX + n_draft)
             if pos >= 2:
-                lo = pos - 4 if pos > 4 else 0
+                # Not ``lo = pos - 4 if pos > 4 else 0``: mypyc types that expression as a Python
+                # int (i64 | literal), so lo was boxed and the range below ran on tagged ints.
+                lo: i64 = 0
+                if pos > 4:
+                    lo = pos - 4
                 for j in range(i_start + lo, i_start + pos):
                     tail = append(tail, toks[j])
                 base = i64(len(tail))
