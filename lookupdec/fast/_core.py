@@ -161,6 +161,13 @@ LAX_MIN_SAMPLE: Final = vec[i64]([2, 2, 1, 1])
 LAX_MIN_PERCENT: Final = vec[i64]([66, 50, 50, 50])
 STRICT_MIN_SAMPLE: Final = vec[i64]([4, 3, 2, 2])
 STRICT_MIN_PERCENT: Final = vec[i64]([75, 66, 66, 66])
+# The static-only draft (spec 3.2) takes the LAX thresholds of a 2-gram, as the reference's
+# try_static reads them: LAX_MIN_SAMPLE[NGRAM_STATIC - 1] and LAX_MIN_PERCENT[NGRAM_STATIC - 1].
+# Written as literals because mypyc puts a Final native-int literal straight into the C
+# expression, where a vec index is a load and a bounds check. tests/test_semantics.py checks
+# every threshold at its boundary, in both implementations.
+STATIC_MIN_SAMPLE: Final[i64] = 2
+STATIC_MIN_PERCENT: Final[i64] = 50
 
 
 def token_range_error(tokens: Sequence[int], what: str = "token") -> TokenRangeError:
@@ -316,7 +323,7 @@ class PartAdapter(StaticSource):
                 best = t
                 mx = c
             total += c
-        if total < 2 or 100 * mx < 50 * total:
+        if total < STATIC_MIN_SAMPLE or 100 * mx < STATIC_MIN_PERCENT * total:
             return NULL32
         return i32(best)
 
@@ -565,7 +572,7 @@ class NgramCache(StaticSource):
         """Spec 3.2 from the aggregates: the max-count follower if >= 2 observations and >= 50 %."""
         kid = self._st_kid
         total = self._sum[kid]
-        if total < 2 or 100 * self._max[kid] < 50 * total:
+        if total < STATIC_MIN_SAMPLE or 100 * self._max[kid] < STATIC_MIN_PERCENT * total:
             return NULL32
         return self._best[kid]
 

@@ -38,6 +38,8 @@ from lookupdec.fast._core import (
     M32,
     NULL32,
     PAD_WORD,
+    STATIC_MIN_PERCENT,
+    STATIC_MIN_SAMPLE,
     Key,
     NgramCache,
     StaticSource,
@@ -116,7 +118,7 @@ def static_pick(toks: vec[i32], cnts: vec[i64]) -> i32:
             best = t
             mx = c
         total += c
-    if total < 2 or 100 * mx < 50 * total:
+    if total < STATIC_MIN_SAMPLE or 100 * mx < STATIC_MIN_PERCENT * total:
         return NULL32
     return best
 
@@ -502,7 +504,7 @@ class StaticIndex(StaticSource):
                 best = t
                 mx = c
             total += c
-        want = best if total >= 2 and 100 * mx >= 50 * total else NULL32
+        want = best if total >= STATIC_MIN_SAMPLE and 100 * mx >= STATIC_MIN_PERCENT * total else NULL32
         pick = self._rd32(self._o_picks + 4 * o)
         if pick != want:
             raise self._corrupt(f"key {o}: stored pick {pick}, spec 3.2 gives {want}", where)
