@@ -88,7 +88,7 @@ INITIAL_SLOTS: Final[i64] = 1 << 10
 def zeros_i64(n: i64) -> vec[i64]:
     """A vec of ``n`` zeros."""
     v = vec[i64](capacity=n)
-    for _ in range(n):
+    for _i in range(n):  # not ``_``, which mypyc boxes: see _core.filled_i32
         v = append(v, 0)
     return v
 

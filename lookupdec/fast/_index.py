@@ -85,8 +85,9 @@ def static_slot(a: i32, b: i32, bits: i64) -> i64:
     hi = i64(a) & M32
     lo = i64(b) & M32
     h1, l1 = mul32(lo, MUL_LO)
-    _, x1 = mul32(lo, MUL_HI)
-    _, x2 = mul32(hi, MUL_LO)
+    # Named, not ``_``: mypyc types ``_`` as object and boxed both high halves (see _core.filled_i32).
+    _h2, x1 = mul32(lo, MUL_HI)
+    _h3, x2 = mul32(hi, MUL_LO)
     rhi = (h1 + x1 + x2) & M32
     if bits <= 32:
         return rhi >> (32 - bits)
@@ -96,7 +97,7 @@ def static_slot(a: i32, b: i32, bits: i64) -> i64:
 def filled_i64(n: i64, value: i64) -> vec[i64]:
     """A vec of ``n`` copies of ``value``."""
     v = vec[i64](capacity=n)
-    for _ in range(n):
+    for _i in range(n):  # not ``_``, which mypyc boxes: see _core.filled_i32
         v = append(v, value)
     return v
 
@@ -427,7 +428,7 @@ class StaticIndex(StaticSource):
         mem = self.in_memory
         buf = self._buf
         # At most n_slots probes: a corrupt table with no empty slot cannot loop forever.
-        for _ in range(self.n_slots):
+        for _i in range(self.n_slots):  # ``_i``, not ``_``: see _core.filled_i32
             off = o_slots + 4 * h
             o = i64(read_i32_le(buf, off) if mem else self._rd32(off))
             if o < 0:
@@ -536,7 +537,7 @@ class StaticIndex(StaticSource):
         key = vec[i64](capacity=memo)
         n = vec[i64](capacity=memo)
         pick = vec[i32](capacity=memo)
-        for _ in range(memo):
+        for _i in range(memo):  # ``_i``, not ``_``: see _core.filled_i32
             key = append(key, 0)
             n = append(n, 0)
             pick = append(pick, NULL32)
@@ -578,7 +579,10 @@ class StaticIndex(StaticSource):
         self._bc = bc
         self._ct = 0
         self._cc = 0
-        old: i64 = i64(len(self._memo_bt[m]) + len(self._memo_bc[m])) if self._memo_ok[m] else 0
+        # An if statement: the conditional expression (i64 | literal) was boxed (see _core's _find).
+        old: i64 = 0
+        if self._memo_ok[m]:
+            old = i64(len(self._memo_bt[m]) + len(self._memo_bc[m]))
         if self._memo_bytes - old + 8 * n <= MEMO_BUDGET:
             self._memo_bytes += 8 * n - old
             self._memo_ok[m] = True
