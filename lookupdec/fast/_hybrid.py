@@ -88,7 +88,7 @@ INITIAL_SLOTS: Final[i64] = 1 << 10
 def zeros_i64(n: i64) -> vec[i64]:
     """A vec of ``n`` zeros."""
     v = vec[i64](capacity=n)
-    for _ in range(n):
+    for _i in range(n):  # not ``_``, which mypyc boxes: see _core.filled_i32
         v = append(v, 0)
     return v
 
@@ -737,7 +737,9 @@ def replay_hybrid_core(
         while pos < n_ctx:
             n_steps += 1
             tail = vec[i32](capacity=NGRAM_MAX + n_draft)
-            lo = pos - 4 if pos > 4 else 0
+            lo: i64 = 0  # an if statement, not a conditional expression: see replay_core
+            if pos > 4:
+                lo = pos - 4
             for j in range(i_start + lo, i_start + pos):
                 tail = append(tail, toks[j])
             base = i64(len(tail))
