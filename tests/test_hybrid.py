@@ -284,9 +284,12 @@ def test_lockstep_with_eviction() -> None:
     n_draft=st.integers(0, 10),
     chunk=st.integers(2, 80),
     max_tokens=st.integers(16, 120),
+    static_repeats=st.integers(1, 12),
 )
-def test_lockstep_random(tokens: list[int], n_draft: int, chunk: int, max_tokens: int) -> None:
-    lockstep(tokens, n_draft, chunk, max_tokens, tokens[::-1])
+def test_lockstep_random(tokens: list[int], n_draft: int, chunk: int, max_tokens: int, static_repeats: int) -> None:
+    # The static corpus repeated: followers seen 1-2, 3-19 and 20+ times, with and without a
+    # static draft, so every static class and both kinds of suffix draft occur.
+    lockstep(tokens, n_draft, chunk, max_tokens, tokens[::-1] * static_repeats)
 
 
 def test_replay_counts_identical_on_demo_data() -> None:
@@ -299,16 +302,3 @@ def test_replay_counts_identical_on_demo_data() -> None:
     ]
     counts = {(r.n_steps, r.n_accept, r.n_drafted) for r in results}
     assert len(counts) == 1, counts
-
-
-@settings(max_examples=25, deadline=None)
-@given(
-    tokens=st.lists(st.integers(0, 7), min_size=2, max_size=250),
-    static_repeats=st.integers(1, 12),
-    n_draft=st.integers(1, 10),
-    chunk=st.integers(2, 60),
-)
-def test_lockstep_random_every_static_class(tokens: list[int], static_repeats: int, n_draft: int, chunk: int) -> None:
-    # The static corpus repeated: followers seen 1-2, 3-19 and 20+ times, with and without a
-    # static draft, so every static class and both kinds of suffix draft occur.
-    lockstep(tokens, n_draft, chunk, 1 << 22, tokens[::-1] * static_repeats)
