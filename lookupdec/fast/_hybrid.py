@@ -528,12 +528,24 @@ class HybridState:
         return (float(self.l_ok[cell]) + PRIOR_OK) / (float(self.l_tried[cell]) + PRIOR_TRIED)
 
     def _follow(
-        self, q: vec[i32], drafted: vec[i32], n_max: i64, prob: float, kind: i64, st: StaticSource
+        self,
+        q: vec[i32],
+        drafted: vec[i32],
+        n_max: i64,
+        prob: float,
+        kind: i64,
+        st: StaticSource,
+        cmp: vec[i32],
+        cmp_base: i64,
+        cmp_n: i64,
     ) -> tuple[vec[i32], vec[i64]]:
         """Append up to ``n_max`` suffix-match tokens for the query ``q`` to ``drafted``.
 
         ``q`` is what follows the history's stream in the query (see ``SuffixHistory._collect``);
         ``prob`` the running estimate so far. Returns the vec and the drafted tokens' cells.
+        With ``cmp_n > 0`` it stops early, after the first token that differs from
+        ``cmp[cmp_base + k]`` or after ``cmp_n`` tokens: only a prefix of the same draft (a
+        speed-up for the suffix-only draft when only its agreement with llama.cpp's is needed).
         """
         cells = vec[i64](capacity=n_max)
         h = self.history
@@ -581,6 +593,8 @@ class HybridState:
             b2 = b1
             b1 = best_t
             k += 1
+            if cmp_n > 0 and (best_t != cmp[cmp_base + k - 1] or k >= cmp_n):
+                break
             n_kept: i64 = 0
             for i in range(n_act):
                 pi = act[i] + k - 1
@@ -610,10 +624,12 @@ class HybridState:
             alt = vec[i32](capacity=base + n_draft)
             for j in range(base):
                 alt = append(alt, drafted[j])
-            alt, alt_cells = self._follow(before, alt, n_draft, 1.0, 1, st)
+            # Only as far as it agrees with llama.cpp's draft (plus the first token that does not):
+            # all the agreement needs; the whole draft is made again if it replaces llama.cpp's.
+            short, alt_cells = self._follow(before, alt, n_draft, 1.0, 1, st, drafted, base, m_full)
             n_alt = i64(len(alt_cells))
             agree: i64 = 0
-            while agree < n_alt and agree < m_full and alt[base + agree] == drafted[base + agree]:
+            while agree < n_alt and agree < m_full and short[base + agree] == drafted[base + agree]:
                 agree += 1
             self.last_confirmed = agree
             if (
@@ -621,8 +637,12 @@ class HybridState:
                 and n_alt > 0
                 and self._estimate(alt_cells[0]) > self._l_estimate(llama_cell(m_full, 0, False))
             ):
+                alt = vec[i32](capacity=base + n_draft)
+                for j in range(base):
+                    alt = append(alt, drafted[j])
+                alt, alt_cells = self._follow(before, alt, n_draft, 1.0, 1, st, drafted, base, 0)
                 self.last_llama = 0
-                self.last_suffix = n_alt
+                self.last_suffix = i64(len(alt_cells))
                 self.last_cells = alt_cells
                 return alt
         prob = 1.0
@@ -646,7 +666,7 @@ class HybridState:
             q = append(q, before[j])
         for j in range(base, len(drafted)):
             q = append(q, drafted[j])
-        drafted, cells = self._follow(q, drafted, n_draft - m, prob, 0, st)
+        drafted, cells = self._follow(q, drafted, n_draft - m, prob, 0, st, drafted, base, 0)
         self.last_suffix = i64(len(cells))
         self.last_cells = cells
         return drafted
