@@ -79,7 +79,9 @@ class RowTracker:
         """
         batch = as_lists(sampled_token_ids)
         n_rows = len(batch)
-        counts = [int(n) for n in as_list(num_tokens_no_spec)[:n_rows]]
+        # Items typed as objects: mypyc would refuse a NumPy integer before int() converts it.
+        raw_counts: list[Any] = as_list(num_tokens_no_spec)[:n_rows]
+        counts = [int(n) for n in raw_counts]
         if len(counts) != n_rows:
             raise ValueError(f"num_tokens_no_spec has {len(counts)} rows, sampled_token_ids {n_rows}")
         width: i64 = token_ids.shape[1] if n_rows else 0
