@@ -88,6 +88,7 @@ def test_compiled_request_follows_the_drafter() -> None:
         requests=3, proposals=4, n_drafted=6 + 2 * len(expected), n_accept=0
     )
 
+
 def test_row_loop_takes_numpy_counts_and_refuses_mismatched_rows() -> None:
     fast = fast_impl()
     proposer = LookupProposer(vllm_config(4, 64), drafter=fast.Drafter(n_draft=4))
