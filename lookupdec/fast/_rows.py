@@ -14,11 +14,23 @@ This module is compiled by mypyc (see ``setup.py``); it also runs unchanged as p
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, Final
 
+from librt.strings import BytesWriter, write_i64_be, write_i64_le
 from mypy_extensions import i64
 
 from lookupdec.fast._request import Request
+
+LITTLE_ENDIAN: Final = sys.byteorder == "little"
+
+
+def put_i64(w: BytesWriter, x: i64) -> None:
+    """Append ``x`` to ``w`` in the machine's byte order (what ``memoryview.cast("q")`` reads)."""
+    if LITTLE_ENDIAN:
+        write_i64_le(w, x)
+    else:
+        write_i64_be(w, x)
 
 
 def as_list(ids: Any) -> list[int]:
@@ -86,17 +98,19 @@ class RowTracker:
             raise ValueError(f"num_tokens_no_spec has {len(counts)} rows, sampled_token_ids {n_rows}")
         width: i64 = token_ids.shape[1] if n_rows else 0
         # Each row's first, middle and last known token, in one vectorized read of the array
-        # (flat indices, 3 per row): reading it element by element is boxed generic code.
-        flat: list[int] = []
+        # (flat indices, 3 per row): reading it element by element is boxed generic code, and
+        # NumPy converts a list index item by item, but a buffer of int64 (a memoryview of the
+        # bytes written here natively, in the machine's byte order as format "q" reads) at once.
+        w = BytesWriter()
         for i in range(n_rows):
             known: i64 = counts[i] - len(batch[i])
             if known > width:
                 raise ValueError(f"row {i} holds {known} known tokens, more than token_ids' {width} columns")
             base = i * width
-            flat.append(base)
-            flat.append(base + (known >> 1 if known > 0 else 0))
-            flat.append(base + (known - 1 if known > 0 else 0))
-        signatures: list[int] = token_ids.take(flat).tolist() if n_rows else []
+            put_i64(w, base)
+            put_i64(w, base + (known >> 1 if known > 0 else 0))
+            put_i64(w, base + (known - 1 if known > 0 else 0))
+        signatures: list[int] = token_ids.take(memoryview(w.getvalue()).cast("q")).tolist() if n_rows else []
         previous = self.rows
         n_previous = len(previous)
         # Lists by row, not dicts by request id: each request sits in one row of `previous`, so
