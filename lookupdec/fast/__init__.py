@@ -9,7 +9,7 @@ Without a C compiler they run as plain Python, with identical results but slowly
 
 from __future__ import annotations
 
-from lookupdec.fast import _core, _hybrid, _index
+from lookupdec.fast import _core, _hybrid, _index, _request, _rows
 from lookupdec.fast._core import (
     NGRAM_MAX,
     NGRAM_MIN,
@@ -33,7 +33,7 @@ def _is_extension(path: str | None) -> bool:
     return path is not None and path.endswith((".so", ".pyd"))
 
 
-COMPILED: bool = all(_is_extension(m.__file__) for m in (_core, _index, _hybrid))
+COMPILED: bool = all(_is_extension(m.__file__) for m in (_core, _index, _hybrid, _request, _rows))
 """True when the hot modules are mypyc-compiled extension modules (like black's check)."""
 
 __all__ = [
