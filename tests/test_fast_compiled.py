@@ -13,7 +13,13 @@ import pytest
 
 from tests.conftest import require_compiled
 
-HOT_MODULES = ("lookupdec.fast._core", "lookupdec.fast._index", "lookupdec.fast._hybrid", "lookupdec.build._probe")
+HOT_MODULES = (
+    "lookupdec.fast._core",
+    "lookupdec.fast._index",
+    "lookupdec.fast._hybrid",
+    "lookupdec.fast._legacy",
+    "lookupdec.build._probe",
+)
 EXTENSION_SUFFIXES = (".so", ".pyd")
 
 pytestmark = pytest.mark.skipif(
