@@ -65,7 +65,16 @@ def _ext_modules() -> list[Any]:
         return []
     try:
         # group_name gives the shared library a stable name (lookupdec__mypyc) instead of a hash.
-        return list(mypycify(HOT_MODULES, opt_level="3", debug_level="0", group_name="lookupdec"))
+        exts = list(mypycify(HOT_MODULES, opt_level="3", debug_level="0", group_name="lookupdec"))
+        if sys.platform.startswith("linux"):
+            # mypyc's C functions are exported from the shared library, and with -fPIC gcc
+            # assumes an exported function can be replaced at load time, so it inlined none of
+            # the small native helpers (pack, wrap32, key_hash, key_probe: each a call through
+            # the PLT, seen in objdump). This flag lets it inline them; a replay runs about 10 %
+            # fewer instructions (callgrind). clang and Mach-O/PE linkers behave so already.
+            for ext in exts:
+                ext.extra_compile_args.append("-fno-semantic-interposition")
+        return exts
     # mypyc reports a type error with SystemExit, not an exception subclass: catch both.
     except (Exception, SystemExit) as e:  # a mypy type error or a code generation failure
         _fallback(f"mypyc failed: {type(e).__name__}: {str(e)[:500]}")

@@ -13,8 +13,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import lookupdec
+
 DATA = Path(__file__).parent / "data"
 SHARED_DATA = Path(os.environ.get("LOOKUPDEC_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+# The demo data the package ships, where the package under test is (the checkout in an editable
+# install, site-packages when .ci/test_installed.py runs the suite against a wheel).
+DEMO_DATA = Path(lookupdec.__file__).resolve().parent / "data"
 
 
 def require_compiled() -> bool:

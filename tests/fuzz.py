@@ -34,6 +34,7 @@ import time
 import tracemalloc
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -198,21 +199,29 @@ def worker(fmt: str, seed: int, n: int) -> None:
                 print(json.dumps(line), flush=True)
 
 
+def _run_worker(fmt: str, n: int, seed: int, limit: float) -> tuple[str, int | None]:
+    """One format's worker subprocess: its stdout, and its exit code (None when it timed out)."""
+    cmd = [sys.executable, "-m", "tests.fuzz", "--worker", fmt, "--n", str(n), "--seed", str(seed)]
+    root = str(Path(__file__).resolve().parent.parent)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, cwd=root)
+        return done.stdout, done.returncode
+    except subprocess.TimeoutExpired as e:
+        raw = e.stdout or b""
+        return raw.decode() if isinstance(raw, bytes) else raw, None
+
+
 def fuzz(n: int, seed: int, formats: tuple[str, ...] = FORMATS, timeout: float | None = None) -> dict[str, Any]:
-    """Run a worker per format; the classification counts and every bad run."""
+    """Run a worker per format, as many at once as there are cores; the classification counts and every bad run."""
     counts: dict[str, Counter[str]] = {}
     bad: list[dict[str, Any]] = []
-    for fmt in formats:
+    limit = timeout if timeout is not None else 60 + 2.0 * n
+    # The workers are independent processes (each format has its own seeded mutants), so they
+    # share the cores; each one's time limit still holds for it alone.
+    with ThreadPoolExecutor(max_workers=max(1, min(len(formats), os.cpu_count() or 1))) as pool:
+        outputs = list(pool.map(lambda fmt: _run_worker(fmt, n, seed, limit), formats))
+    for fmt, (stdout, code) in zip(formats, outputs, strict=True):
         c: Counter[str] = Counter()
-        limit = timeout if timeout is not None else 60 + 2.0 * n
-        cmd = [sys.executable, "-m", "tests.fuzz", "--worker", fmt, "--n", str(n), "--seed", str(seed)]
-        root = str(Path(__file__).resolve().parent.parent)
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, cwd=root)
-            stdout, code = done.stdout, done.returncode
-        except subprocess.TimeoutExpired as e:
-            raw = e.stdout or b""
-            stdout, code = raw.decode() if isinstance(raw, bytes) else raw, None
         last_start = None
         for line in stdout.splitlines():
             rec = json.loads(line)

@@ -20,9 +20,9 @@ from lookupdec import build, formats
 from lookupdec.cli import main
 from lookupdec.errors import CacheFormatError, TokenFileError
 
-from .conftest import SHARED_DATA, fast_impl
+from .conftest import DEMO_DATA, SHARED_DATA, fast_impl
 
-DEMO = Path(__file__).resolve().parent.parent / "lookupdec" / "data" / "enwiki_wt.demo.llama3.bin"
+DEMO = DEMO_DATA / "enwiki_wt.demo.llama3.bin"
 
 
 def counted(corpora: list[list[int]]) -> dict[tuple[int, int, int, int], dict[int, int]]:

@@ -12,13 +12,14 @@ import pytest
 
 from lookupdec import build
 from lookupdec.cli import main
+from tests.conftest import DEMO_DATA
 
 pytestmark = pytest.mark.slow
 distributed = pytest.importorskip("distributed")
 
 from lookupdec.build.dask import create_index_dask  # noqa: E402 - only with distributed
 
-DEMO = Path(__file__).resolve().parent.parent / "lookupdec" / "data" / "enwiki_wt.demo.llama3.bin"
+DEMO = DEMO_DATA / "enwiki_wt.demo.llama3.bin"
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ against the reference model (identical drafts, identical replay counts)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lookupdec.reference as ref
-from tests.conftest import fast_impl
+from tests.conftest import DEMO_DATA, fast_impl
 from tests.impls import FastImpl, ImplTests, ReferenceImpl
 
-DATA = Path(__file__).resolve().parent.parent / "lookupdec" / "data"
+DATA = DEMO_DATA
 
 
 def demo(name: str, n: int) -> list[int]:
@@ -25,7 +24,8 @@ def demo(name: str, n: int) -> list[int]:
 class HybridTests(ImplTests):
     def state(self, *requests: list[int], **kw: Any) -> Any:
         """A fresh state whose history holds ``requests`` (each a finished request)."""
-        kw.setdefault("target_waste", 0)  # a fixed threshold: the hand-worked numbers below
+        kw.setdefault("target_waste", 0)  # a fixed threshold of 0.02: the hand-worked numbers below
+        kw.setdefault("threshold", 0.02)
         s = self.impl.HybridState(self.impl.SuffixHistory(), **kw)
         for r in requests:
             s.begin_request()
@@ -33,9 +33,71 @@ class HybridTests(ImplTests):
         s.begin_request()
         return s
 
-    def propose(self, s: Any, tokens: list[int], n_draft: int = 8) -> list[int]:
-        empty = self.impl.NgramCache()  # llama.cpp's rule drafts nothing: only the suffix part
-        return list(s.propose(tokens, n_draft, empty, empty, None))
+    def propose(self, s: Any, tokens: list[int], n_draft: int = 8, static: Any = None) -> list[int]:
+        empty = self.impl.NgramCache()  # no context or dynamic n-grams: llama.cpp drafts only from ``static``
+        return list(s.propose(tokens, n_draft, empty, empty, static))
+
+    def hybrid_module(self) -> Any:
+        """The module of the implementation's hybrid policy (for its helper functions)."""
+        import importlib
+
+        name = "lookupdec.reference.hybrid" if self.impl is ref else "lookupdec.fast._hybrid"
+        return importlib.import_module(name)
+
+    def test_static_class(self) -> None:
+        # the static index's 2-gram (1, 2) is followed by 5 twenty times, 6 twenty times, 7 three
+        # times, 8 once: no token has half of the 44, so the static index drafts nothing there
+        corpus = [1, 2, 5] * 20 + [1, 2, 6] * 20 + [1, 2, 7] * 3 + [1, 2, 8]
+        static = self.impl.build_static(corpus)
+        static_class = self.hybrid_module().static_class
+        assert [static_class(static, 1, 2, t) for t in (5, 6, 7, 8, 9)] == [4, 4, 3, 2, 1]
+        assert static_class(static, 2, 1, 5) == 0  # (2, 1) has no followers
+        assert static_class(static, -1, 2, 5) == 0  # a separator: no 2-gram
+        # (2, 5) is followed by 1 twenty times (and nothing else): its own draft
+        assert static_class(static, 2, 5, 1) == 5
+        assert static_class(self.impl.build_static([1, 2, 3, 1, 2, 3, 1, 2, 4]), 1, 2, 3) == 5  # 2 of 3 >= 50 %
+
+    def test_statistics_are_per_static_class(self) -> None:
+        s = self.state([1, 2, 3, 4, 5, 6])
+        static = self.impl.build_static([1, 2, 3])  # 3 follows (1, 2) once: class 2, and no static draft
+        assert self.propose(s, [9, 1, 2], 1, static) == [3]
+        misses = 0
+        while self.propose(s, [9, 1, 2], 1, static) == [3]:
+            s.observe(0)  # rejected: the estimate of (kind 0, class 2, one candidate, match 2) falls
+            s.begin_request()
+            misses += 1
+        assert misses == 49  # (0 + 1) / (49 + 2) < 0.02 <= 1 / 50
+        # the same token with no static index is of static class 0: a fresh estimate, 1/2
+        s.begin_request()
+        assert self.propose(s, [9, 1, 2], 1) == [3]
+
+    def test_suffix_only_draft_replaces_an_unconfirmed_llama_draft(self) -> None:
+        s = self.state([1, 2, 3, 4, 5, 6])
+        static = self.impl.build_static([1, 2, 7, 1, 2, 7])  # llama.cpp drafts 7 after (1, 2)
+        # The suffix-only draft (3, 4, 5, 6) disagrees with llama.cpp's first token: both estimates
+        # are fresh (1/2), the suffix-only one is not higher, llama.cpp's draft stays; nothing in the
+        # history follows (2, 7) or 7.
+        assert self.propose(s, [9, 1, 2], 8, static) == [7]
+        s.observe(0)  # llama.cpp's unconfirmed first token rejected: its estimate falls to 1/3
+        s.begin_request()
+        assert self.propose(s, [9, 1, 2], 8, static) == [3, 4, 5, 6]  # 1/2 > 1/3: replaced
+        s.observe(4)
+        s.begin_request()
+        assert self.propose(s, [9, 1, 2], 8, static) == [3, 4, 5, 6]
+
+    def test_confirmed_llama_draft_is_extended(self) -> None:
+        s = self.state([1, 2, 3, 4, 5, 6])
+        static = self.impl.build_static([1, 2, 3, 1, 2, 3])  # llama.cpp drafts 3 after (1, 2)
+        # the suffix-only draft starts with 3 too (confirmed): llama.cpp's 3 is kept (1/2), then the
+        # suffix match of (2, 3) continues: 4, 5, 6 (1/4, 1/8, 1/16 >= 0.02), then the separator
+        assert self.propose(s, [9, 1, 2], 8, static) == [3, 4, 5, 6]
+        for misses in range(1, 49):
+            s.observe(0)  # the confirmed llama.cpp token rejected: its estimate is 1 / (misses + 2)
+            s.begin_request()
+            got = self.propose(s, [9, 1, 2], 8, static)
+            p = 1 / (misses + 2)
+            expected = [3, 4, 5, 6][: sum(1 for k in range(4) if p * 0.5**k >= 0.02)]
+            assert got == expected, misses
 
     def test_continues_an_earlier_request(self) -> None:
         # Fresh estimates are 1/2 per token, so the running product allows 5 tokens (1/32 >= 0.02);
@@ -112,11 +174,11 @@ class HybridTests(ImplTests):
         s.begin_request()
         assert self.propose(s, [1, 2, 3, 1, 2]) == [3, 1, 2]
         s.observe(0)  # 3 wasted against a target of 1: overspent, the threshold rises
-        assert s.threshold == pytest.approx(0.02 * 1.002)
+        assert s.threshold == pytest.approx(0.02 * 1.0001)
         s.observe(0)  # nothing proposed: the budget refills, the threshold falls back
-        assert s.threshold == pytest.approx(0.02 * 1.002 * 1.002)  # still overspent (balance -20 + 10)
+        assert s.threshold == pytest.approx(0.02 * 1.0001 * 1.0001)  # still overspent (balance -20 + 10)
         s.observe(0)
-        assert s.threshold == pytest.approx(0.02 * 1.002)
+        assert s.threshold == pytest.approx(0.02 * 1.0001)
 
     def test_tokens_must_grow_within_a_request(self) -> None:
         s = self.state()
@@ -221,9 +283,12 @@ def test_lockstep_with_eviction() -> None:
     n_draft=st.integers(0, 10),
     chunk=st.integers(2, 80),
     max_tokens=st.integers(16, 120),
+    static_repeats=st.integers(1, 12),
 )
-def test_lockstep_random(tokens: list[int], n_draft: int, chunk: int, max_tokens: int) -> None:
-    lockstep(tokens, n_draft, chunk, max_tokens, tokens[::-1])
+def test_lockstep_random(tokens: list[int], n_draft: int, chunk: int, max_tokens: int, static_repeats: int) -> None:
+    # The static corpus repeated: followers seen 1-2, 3-19 and 20+ times, with and without a
+    # static draft, so every static class and both kinds of suffix draft occur.
+    lockstep(tokens, n_draft, chunk, max_tokens, tokens[::-1] * static_repeats)
 
 
 def test_replay_counts_identical_on_demo_data() -> None:

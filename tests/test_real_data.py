@@ -25,25 +25,25 @@ def tokens(path: Any) -> list[int]:
 
 
 class RealDataTests(ImplTests):
+    # Each replay also checks tokens per verification step against issue 13's table (llama.cpp's
+    # rule: 1.164 without a static cache, 1.204 with enwiki_wt.10M's). The table gives three
+    # decimals cut, not rounded (48,672 accepted over 237,994 steps is 1.20451), so the check
+    # allows the last digit; one replay per case keeps the reference's slow run to two replays.
+    def check_steps(self, result: Any, tokens_per_step: float) -> None:
+        assert abs(result.tokens_per_step - tokens_per_step) < 1e-3
+        # 70 chunks of 4095 generated tokens: one step per sampled token (+1 per chunk ending on a draft)
+        assert 0 <= result.n_steps - (70 * 4095 - result.n_accept) <= 70
+
     def test_wikitext_no_static(self) -> None:
         result = self.impl.replay(tokens(REPLAY), 4096, 8)
         assert (result.n_drafted, result.n_accept) == (265417, 40442)
+        self.check_steps(result, 1.164)
 
     def test_wikitext_static_enwiki_10m(self) -> None:
         static = self.impl.build_static(tokens(CORPUS))
         result = self.impl.replay(tokens(REPLAY), 4096, 8, static)
         assert (result.n_drafted, result.n_accept) == (295500, 48672)
-
-    @pytest.mark.slow
-    def test_wikitext_tokens_per_step(self) -> None:
-        # The issue's table (issue 13): llama.cpp's rule gains 1.164 tokens per verification step
-        # without a static cache and 1.204 with enwiki_wt.10M's.
-        static = self.impl.build_static(tokens(CORPUS))
-        for nc_static, expected in ((None, 1.164), (static, 1.204)):
-            result = self.impl.replay(tokens(REPLAY), 4096, 8, nc_static)
-            assert round(result.tokens_per_step, 3) == expected
-            # 70 chunks of 4095 generated tokens: one step per sampled token (+1 per chunk ending on a draft)
-            assert 0 <= result.n_steps - (70 * 4095 - result.n_accept) <= 70
+        self.check_steps(result, 1.204)
 
 
 @pytest.mark.slow  # the reference's full replays take minutes; the fast path's run by default

@@ -103,6 +103,35 @@ class SemanticsTests(ImplTests):
         part4 = [((5, K, K, K), [(6, 4)])]
         assert self.draft([4, 5], dyn=self.cache(part4), n_draft=1) == [6]
 
+    def test_threshold_tables_at_every_n(self) -> None:
+        """Each entry of the spec 3.1 tables, at its boundary: the minimum sample passes and one
+        fewer fails; the minimum percent passes and one point less fails (100 observations)."""
+        inp = [1, 2, 3, 4]  # every n from 1 to 4 is available
+
+        def drafted(which: str, key: tuple[int, ...], followers: list[tuple[int, int]]) -> list[int]:
+            return self.draft(inp, n_draft=1, **{which: self.cache([(key, followers)])})
+
+        # (n, a, p) copied from the spec 3.1 table, LAX for the context cache, STRICT for dynamic
+        lax = [(1, 2, 66), (2, 2, 50), (3, 1, 50), (4, 1, 50)]
+        strict = [(1, 4, 75), (2, 3, 66), (3, 2, 66), (4, 2, 66)]
+        for which, table in (("ctx", lax), ("dyn", strict)):
+            for n, a, pct in table:
+                key = tuple(inp[4 - n :]) + (K,) * (4 - n)
+                where = f"{which} n={n}"
+                assert drafted(which, key, [(9, a)]) == [9], where
+                if a > 1:
+                    assert drafted(which, key, [(9, a - 1)]) == [], where
+                rest = 100 - pct  # split in two so token 9 keeps the maximum
+                assert drafted(which, key, [(9, pct), (7, rest - rest // 2), (8, rest // 2)]) == [9], where
+                rest += 1
+                assert drafted(which, key, [(9, pct - 1), (7, rest - rest // 2), (8, rest // 2)]) == [], where
+
+    def test_static_thresholds(self) -> None:
+        """Spec 3.2: at least 2 observations and a 50 % share (the LAX entries of a 2-gram)."""
+        assert self.draft([3, 4], st=self.cache([((3, 4, K, K), [(6, 2)])]), n_draft=1) == [6]
+        assert self.draft([3, 4], st=self.cache([((3, 4, K, K), [(6, 50), (5, 25), (4, 25)])]), n_draft=1) == [6]
+        assert self.draft([3, 4], st=self.cache([((3, 4, K, K), [(6, 49), (5, 26), (4, 25)])]), n_draft=1) == []
+
     def test_drafts_chain_and_stop_at_n_draft(self) -> None:
         ctx = self.cache([((1, K, K, K), [(1, 5)])])  # 1 -> 1 forever
         assert self.draft([0, 1], ctx=ctx, n_draft=3) == [1, 1, 1]

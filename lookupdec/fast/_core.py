@@ -79,6 +79,11 @@ def wrap32(x: i64) -> i64:
     return ((x + 2147483648) & M32) - 2147483648
 
 
+def low32(w: i64) -> i32:
+    """The low 32 bits of ``w`` as a signed int32 (the second token of a packed word)."""
+    return i32(wrap32(w & M32))
+
+
 def pack(a: i32, b: i32) -> i64:
     """Two int32 tokens as one i64 word: ``a`` in the high half, ``b``'s bits in the low half."""
     # Multiply instead of ``<<``: shifting a negative value left is undefined in C.
@@ -97,18 +102,66 @@ def pair_hash(kid: i64, tok: i32) -> i64:
     return h ^ (h >> 29)
 
 
-def min_sample(strict: bool, i: i64) -> i64:
-    """Minimum number of observations at threshold index ``i`` (spec 3.1 table)."""
-    if strict:
-        return 4 if i == 0 else (3 if i == 1 else 2)
-    return 2 if i <= 1 else 1
+# The two open-addressing tables of NgramCache (keys; (key, follower) pairs) probe linearly,
+# and these three functions are the only copies of the probe loop. A probe returns one i64,
+# the entry found or ``-1 - slot`` for the empty slot, so a caller tests its sign and an
+# insert knows where to write without probing again. mypyc compiles each call to a direct C
+# call (``CPyDef__core___key_probe``), which gcc inlines only because setup.py passes
+# -fno-semantic-interposition (see there). Built without that flag, the shared probe cost
+# _find 36 more instructions a call than the copied loop it replaced (142 against 106,
+# callgrind over a replay), and drafting about 11 % more instructions.
 
 
-def min_percent(strict: bool, i: i64) -> i64:
-    """Minimum percent share of the selected token at threshold index ``i`` (spec 3.1 table)."""
-    if strict:
-        return 75 if i == 0 else 66
-    return 66 if i == 0 else 50
+def key_probe(slots: vec[i32], k0: vec[i64], k1: vec[i64], mask: i64, w0: i64, w1: i64) -> i64:
+    """Probe ``slots`` for the packed key (w0, w1): its ordinal if present, else ``-1 - h``
+    for the empty slot ``h`` where it would be inserted (so any negative result means absent)."""
+    h = key_hash(w0, w1) & mask
+    while True:
+        s = i64(slots[h])
+        if s < 0:
+            return -1 - h
+        if k0[s] == w0 and k1[s] == w1:
+            return s
+        h = (h + 1) & mask
+
+
+def pair_probe(pslots: vec[i32], nkey: vec[i32], ntok: vec[i32], mask: i64, kid: i64, tok: i32) -> i64:
+    """Probe ``pslots`` for follower ``tok`` of key ``kid``, like :func:`key_probe`: its node
+    if present, else ``-1 - h`` for the empty slot ``h`` where it would be inserted."""
+    h = pair_hash(kid, tok) & mask
+    while True:
+        n = i64(pslots[h])
+        if n < 0:
+            return -1 - h
+        if ntok[n] == tok and i64(nkey[n]) == kid:
+            return n
+        h = (h + 1) & mask
+
+
+def empty_slot(slots: vec[i32], h: i64, mask: i64) -> i64:
+    """The first empty (-1) slot at or after ``h``, wrapping by ``mask``: where a rehash puts an
+    entry (every entry is distinct, so nothing needs comparing)."""
+    while slots[h] >= 0:
+        h = (h + 1) & mask
+    return h
+
+
+# Thresholds by index i = n - ngram_min (spec 3.1): minimum number of observations and the
+# minimum percent share of the selected token. LAX for the context cache, STRICT for dynamic.
+# The reference's tables are tuples; these are vec[i64] because mypyc indexes a tuple of ints
+# through boxed Python objects (PyTuple_New, CPySequenceTuple_GetItem in the generated C),
+# while a module-level Final vec[i64] compiles to a bounds check and a native load.
+LAX_MIN_SAMPLE: Final = vec[i64]([2, 2, 1, 1])
+LAX_MIN_PERCENT: Final = vec[i64]([66, 50, 50, 50])
+STRICT_MIN_SAMPLE: Final = vec[i64]([4, 3, 2, 2])
+STRICT_MIN_PERCENT: Final = vec[i64]([75, 66, 66, 66])
+# The static-only draft (spec 3.2) takes the LAX thresholds of a 2-gram, as the reference's
+# try_static reads them: LAX_MIN_SAMPLE[NGRAM_STATIC - 1] and LAX_MIN_PERCENT[NGRAM_STATIC - 1].
+# Written as literals because mypyc puts a Final native-int literal straight into the C
+# expression, where a vec index is a load and a bounds check. tests/test_semantics.py checks
+# every threshold at its boundary, in both implementations.
+STATIC_MIN_SAMPLE: Final[i64] = 2
+STATIC_MIN_PERCENT: Final[i64] = 50
 
 
 def token_range_error(tokens: Sequence[int], what: str = "token") -> TokenRangeError:
@@ -207,7 +260,7 @@ def key_words(key: Sequence[object]) -> tuple[bool, i64, i64]:
 
 def unpack_key(w0: i64, w1: i64) -> Key:
     """The 4-slot tuple of a packed key."""
-    return (int(w0 >> 32), int(wrap32(w0 & M32)), int(w1 >> 32), int(wrap32(w1 & M32)))
+    return (int(w0 >> 32), int(low32(w0)), int(w1 >> 32), int(low32(w1)))
 
 
 class StaticSource:
@@ -250,9 +303,9 @@ class PartAdapter(StaticSource):
         c = self.cur.get(int(tok))
         if c is None:
             return ABSENT
-        # Only the low 32 bits matter to the int32 weight (spec 5); this also keeps huge
-        # Python ints (unbounded in the reference) from overflowing i64.
-        return i64(((c + 2147483648) % 4294967296) - 2147483648)
+        # Only the low 32 bits matter to the int32 weight (spec 5); masking the Python int
+        # first keeps huge counts (unbounded in the reference) from overflowing i64.
+        return i64(low32(i64(c & 0xFFFFFFFF)))
 
     def _st_pick(self) -> i32:
         best = TOKEN_NULL
@@ -264,7 +317,7 @@ class PartAdapter(StaticSource):
                 best = t
                 mx = c
             total += c
-        if total < 2 or 100 * mx < 50 * total:
+        if total < STATIC_MIN_SAMPLE or 100 * mx < STATIC_MIN_PERCENT * total:
             return NULL32
         return i32(best)
 
@@ -333,18 +386,12 @@ class NgramCache(StaticSource):
 
     def _find(self, w0: i64, w1: i64) -> i64:
         """Ordinal of the packed key, -1 if absent."""
-        slots = self._slots
-        k0 = self._k0
-        k1 = self._k1
-        mask = self._smask
-        h = key_hash(w0, w1) & mask
-        while True:
-            s = i64(slots[h])
-            if s < 0:
-                return -1
-            if k0[s] == w0 and k1[s] == w1:
-                return s
-            h = (h + 1) & mask
+        s = key_probe(self._slots, self._k0, self._k1, self._smask, w0, w1)
+        # An if statement, not ``s if s >= 0 else -1``: mypyc types that expression as a
+        # Python int (i64 | literal) and boxes s on the way (box, then unbox, in build/ops.txt).
+        if s < 0:
+            return -1
+        return s
 
     def _rehash_keys(self, size: i64) -> None:
         slots = filled_i32(size, NULL32)
@@ -352,31 +399,21 @@ class NgramCache(StaticSource):
         k0 = self._k0
         k1 = self._k1
         for kid in range(len(k0)):
-            h = key_hash(k0[kid], k1[kid]) & mask
-            while slots[h] >= 0:
-                h = (h + 1) & mask
-            slots[h] = i32(kid)
+            slots[empty_slot(slots, key_hash(k0[kid], k1[kid]) & mask, mask)] = i32(kid)
         self._slots = slots
         self._smask = mask
 
     def _intern(self, w0: i64, w1: i64) -> i64:
         """Ordinal of the packed key, inserting it (with no followers) if absent."""
-        slots = self._slots
         k0 = self._k0
-        k1 = self._k1
         mask = self._smask
-        h = key_hash(w0, w1) & mask
-        while True:
-            s = i64(slots[h])
-            if s < 0:
-                break
-            if k0[s] == w0 and k1[s] == w1:
-                return s
-            h = (h + 1) & mask
+        s = key_probe(self._slots, k0, self._k1, mask, w0, w1)
+        if s >= 0:
+            return s
         kid = i64(len(k0))
-        slots[h] = i32(kid)
+        self._slots[-1 - s] = i32(kid)
         self._k0 = append(k0, w0)
-        self._k1 = append(k1, w1)
+        self._k1 = append(self._k1, w1)
         self._head = append(self._head, NULL32)
         self._tail = append(self._tail, NULL32)
         self._nfol = append(self._nfol, 0)
@@ -389,18 +426,10 @@ class NgramCache(StaticSource):
 
     def _pair_find(self, kid: i64, tok: i32) -> i64:
         """Node of follower ``tok`` of key ``kid``, -1 if absent."""
-        pslots = self._pslots
-        nkey = self._nkey
-        ntok = self._ntok
-        mask = self._pmask
-        h = pair_hash(kid, tok) & mask
-        while True:
-            n = i64(pslots[h])
-            if n < 0:
-                return -1
-            if ntok[n] == tok and i64(nkey[n]) == kid:
-                return n
-            h = (h + 1) & mask
+        n = pair_probe(self._pslots, self._nkey, self._ntok, self._pmask, kid, tok)
+        if n < 0:  # an if statement for the reason given in _find
+            return -1
+        return n
 
     def _rehash_pairs(self, size: i64) -> None:
         pslots = filled_i32(size, NULL32)
@@ -408,38 +437,27 @@ class NgramCache(StaticSource):
         nkey = self._nkey
         ntok = self._ntok
         for nid in range(len(ntok)):
-            h = pair_hash(i64(nkey[nid]), ntok[nid]) & mask
-            while pslots[h] >= 0:
-                h = (h + 1) & mask
-            pslots[h] = i32(nid)
+            pslots[empty_slot(pslots, pair_hash(i64(nkey[nid]), ntok[nid]) & mask, mask)] = i32(nid)
         self._pslots = pslots
         self._pmask = mask
 
     def _bump(self, kid: i64, tok: i32, c: i64) -> None:
         """Add ``c`` (> 0) to the count of follower ``tok`` of key ``kid``, creating it if absent."""
-        pslots = self._pslots
-        nkey = self._nkey
         ntok = self._ntok
         mask = self._pmask
-        h = pair_hash(kid, tok) & mask
-        nc: i64 = c
-        while True:
-            n = i64(pslots[h])
-            if n < 0:
-                break
-            if ntok[n] == tok and i64(nkey[n]) == kid:
-                ncnt = self._ncnt
-                nc = ncnt[n] + c
-                ncnt[n] = nc
-                self._after_bump(kid, tok, c, nc)
-                return
-            h = (h + 1) & mask
+        n = pair_probe(self._pslots, self._nkey, ntok, mask, kid, tok)
+        if n >= 0:
+            ncnt = self._ncnt
+            nc = ncnt[n] + c
+            ncnt[n] = nc
+            self._after_bump(kid, tok, c, nc)
+            return
         nid = i64(len(ntok))
-        pslots[h] = i32(nid)
+        self._pslots[-1 - n] = i32(nid)
         self._ntok = append(ntok, tok)
         self._ncnt = append(self._ncnt, c)
         self._nnext = append(self._nnext, NULL32)
-        self._nkey = append(nkey, i32(kid))
+        self._nkey = append(self._nkey, i32(kid))
         # Append at the tail: followers keep insertion order, like the reference's dicts.
         tail = self._tail
         last = i64(tail[kid])
@@ -449,7 +467,7 @@ class NgramCache(StaticSource):
             self._nnext[last] = i32(nid)
         tail[kid] = i32(nid)
         self._nfol[kid] += 1
-        self._after_bump(kid, tok, c, nc)
+        self._after_bump(kid, tok, c, c)
         if 2 * (nid + 1) > mask + 1:
             self._rehash_pairs(2 * (mask + 1))
 
@@ -548,7 +566,7 @@ class NgramCache(StaticSource):
         """Spec 3.2 from the aggregates: the max-count follower if >= 2 observations and >= 50 %."""
         kid = self._st_kid
         total = self._sum[kid]
-        if total < 2 or 100 * self._max[kid] < 50 * total:
+        if total < STATIC_MIN_SAMPLE or 100 * self._max[kid] < STATIC_MIN_PERCENT * total:
             return NULL32
         return self._best[kid]
 
@@ -658,7 +676,9 @@ class NgramCache(StaticSource):
     def _kid_of(self, key: Sequence[object]) -> i64:
         """Ordinal of a 4-slot key given as a sequence, -1 if absent."""
         ok, w0, w1 = key_words(key)
-        return self._find(w0, w1) if ok else -1
+        if not ok:  # an if statement for the reason given in _find
+            return -1
+        return self._find(w0, w1)
 
     def get(self, key: Sequence[int]) -> dict[int, int]:
         """The followers of an n-gram (1..4 tokens or a padded key) as a new dict; empty if absent."""
@@ -812,7 +832,8 @@ def try_primary(
     avail: i64,
     nmin: i64,
     nmax: i64,
-    strict: bool,
+    min_sample: vec[i64],
+    min_percent: vec[i64],
     st: StaticSource,
     has_st: bool,
 ) -> i32:
@@ -824,11 +845,14 @@ def try_primary(
     if len(c._k0) == 0:
         return NULL32
     pos = i64(len(seq))
-    i = nmax - nmin
-    while i >= 0:
+    top = nmax - nmin
+    # The reference's ``for i in range(top, -1, -1)``, longest n-gram first. mypyc compiles a
+    # range with a negative step through tagged Python ints (CPyTagged_* calls in the generated
+    # C) but one with the default step on i64 natively, hence the count up and ``top - k``.
+    for k in range(top + 1):
+        i = top - k  # indexes the threshold tables
         n = nmin + i
-        i -= 1
-        if n > avail:
+        if n > avail:  # spec 9: the n-gram would start before position 0
             continue
         p = pos - n
         t0 = seq[p]
@@ -839,9 +863,9 @@ def try_primary(
         if kid < 0:
             continue
         total = c._sum[kid]
-        if total < min_sample(strict, i + 1):
+        if total < min_sample[i]:
             continue
-        pct = min_percent(strict, i + 1)
+        pct = min_percent[i]
         mx = c._max[kid]
         # Lemire's precheck (spec 10): the selected count is <= the max, so this cannot pass later.
         if 100 * mx < pct * total:
@@ -900,9 +924,9 @@ def draft_core(
         pos = i64(len(seq))
         avail = avail0 + k
         has_st = st._st_begin(seq[pos - 2], seq[pos - 1])
-        t = try_primary(ctx, seq, avail, nmin, nmax, False, st, has_st)
+        t = try_primary(ctx, seq, avail, nmin, nmax, LAX_MIN_SAMPLE, LAX_MIN_PERCENT, st, has_st)
         if t == NULL32:
-            t = try_primary(dyn, seq, avail, nmin, nmax, True, st, has_st)
+            t = try_primary(dyn, seq, avail, nmin, nmax, STRICT_MIN_SAMPLE, STRICT_MIN_PERCENT, st, has_st)
         if t == NULL32 and has_st:
             t = st._st_pick()
         if t == NULL32:
@@ -964,7 +988,11 @@ def replay_core(
             nd: i64 = 0
             tail = vec[i32](capacity=NGRAM_MAX + n_draft)
             if pos >= 2:
-                lo = pos - 4 if pos > 4 else 0
+                # Not ``lo = pos - 4 if pos > 4 else 0``: mypyc types that expression as a Python
+                # int (i64 | literal), so lo was boxed and the range below ran on tagged ints.
+                lo: i64 = 0
+                if pos > 4:
+                    lo = pos - 4
                 for j in range(i_start + lo, i_start + pos):
                     tail = append(tail, toks[j])
                 base = i64(len(tail))

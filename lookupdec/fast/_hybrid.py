@@ -31,6 +31,7 @@ from librt.vecs import append, vec
 from mypy_extensions import i32, i64
 
 from lookupdec.fast._core import (
+    ABSENT,
     NGRAM_MAX,
     NGRAM_MIN,
     NULL32,
@@ -61,22 +62,30 @@ MAX_MATCH: Final[i64] = 32
 N_LEN: Final[i64] = 33
 """Acceptance statistics are kept per effective match length 1..32 (match length + offset) ..."""
 N_CLASS: Final[i64] = 5
-"""... and per support class of the drafted token (see :func:`support_class`)."""
+"""... per support class of the drafted token (see :func:`support_class`) ..."""
+N_STATIC: Final[i64] = 6
+"""... per static class of the drafted token (see :func:`static_class`) ..."""
+N_KIND: Final[i64] = 2
+"""... and per kind of suffix draft: 0 after llama.cpp's kept tokens (or none), 1 in place of its draft."""
 N_LLAMA: Final[i64] = 17
 """Acceptance statistics of llama.cpp's tokens per draft length 1..16 (16 = "16 or more") ..."""
 N_LLAMA_POS: Final[i64] = 16
-"""... and position 0..15 in it (15 = "15 or later")."""
-THRESHOLD: Final = 0.02
+"""... and position 0..15 in it (15 = "15 or later"), once for confirmed tokens, once for the others."""
+N_LLAMA_CELLS: Final[i64] = N_LLAMA * N_LLAMA_POS
+"""Cells of one of those two sets (see :func:`llama_cell`)."""
+THRESHOLD: Final = 0.015
 """Initial threshold: draft a token only while the estimated chance that it is reached and accepted is at least this."""
 TARGET_WASTE: Final = 1.9
-"""Wasted drafted tokens per step the threshold is steered to (0 turns the controller off)."""
-THRESHOLD_STEP: Final = 1.002
-"""Factor the threshold moves by after every observed step."""
+"""Wasted drafted tokens per step the threshold is steered to (0 keeps it fixed)."""
+THRESHOLD_STEP: Final = 1.0001
+"""Factor the threshold moves by after every observed step (slowly: a threshold that swings wastes more
+for what it gains than a steady one, so it drifts by at most e in 10,000 steps)."""
 THRESHOLD_MIN: Final = 0.002
 THRESHOLD_MAX: Final = 0.5
 """Bounds of the steered threshold."""
-BALANCE_CAP: Final[i64] = 20000
-"""The waste balance is kept within +-64 tokens (in tenths), so the controller reacts within a few steps."""
+BALANCE_CAP: Final[i64] = 100_000_000
+"""The waste balance is kept within +-10,000,000 tokens (in tenths): in practice the whole run's
+budget, so the average over the run is what is steered."""
 PRIOR_OK: Final = 1.0
 PRIOR_TRIED: Final = 2.0
 """Laplace prior of every acceptance estimate: (ok + 1) / (tried + 2)."""
@@ -88,7 +97,7 @@ INITIAL_SLOTS: Final[i64] = 1 << 10
 def zeros_i64(n: i64) -> vec[i64]:
     """A vec of ``n`` zeros."""
     v = vec[i64](capacity=n)
-    for _ in range(n):
+    for _i in range(n):  # not ``_``, which mypyc boxes: see _core.filled_i32
         v = append(v, 0)
     return v
 
@@ -107,16 +116,37 @@ def support_class(count: i64, n_active: i64) -> i64:
     return 4
 
 
-def llama_cell(m: i64, j: i64) -> i64:
-    """Index of the acceptance statistic of token ``j`` of a llama.cpp draft of ``m`` tokens."""
+def static_class(st: StaticSource, a: i32, b: i32, t: i32) -> i64:
+    """How the static index supports token ``t`` after ``(a, b)``: 0 it has no followers of
+    that 2-gram (or ``a``/``b`` is a separator), 5 ``t`` is its own draft there (spec 3.2),
+    else 1 ``t`` is not a follower, 2 a follower seen 1-2 times, 3 3-19 times, 4 more."""
+    if a == SEP or b == SEP or not st._st_begin(a, b):
+        return 0
+    if t == st._st_pick():
+        return 5
+    c = st._st_count(t)
+    if c == ABSENT:
+        return 1
+    if c <= 2:
+        return 2
+    if c < 20:
+        return 3
+    return 4
+
+
+def llama_cell(m: i64, j: i64, confirmed: bool) -> i64:
+    """Index of the acceptance statistic of token ``j`` of a llama.cpp draft of ``m`` tokens
+    (``confirmed``: the suffix-only draft has the same first ``j + 1`` tokens)."""
     row = m if m < N_LLAMA - 1 else N_LLAMA - 1
-    return row * N_LLAMA_POS + (j if j < N_LLAMA_POS - 1 else N_LLAMA_POS - 1)
+    cell = row * N_LLAMA_POS + (j if j < N_LLAMA_POS - 1 else N_LLAMA_POS - 1)
+    return cell if confirmed else cell + N_LLAMA_CELLS
 
 
-def stat_cell(count: i64, n_active: i64, length: i64) -> i64:
-    """Index of the acceptance statistic for a token drafted after a match of ``length`` tokens."""
+def stat_cell(count: i64, n_active: i64, length: i64, sclass: i64, kind: i64) -> i64:
+    """Index of the acceptance statistic for a token drafted after a match of ``length`` tokens
+    (``sclass``: :func:`static_class`; ``kind``: see :data:`N_KIND`)."""
     eff = length if length < N_LEN - 1 else N_LEN - 1
-    return support_class(count, n_active) * N_LEN + eff
+    return ((kind * N_STATIC + sclass) * N_CLASS + support_class(count, n_active)) * N_LEN + eff
 
 
 class SuffixHistory:
@@ -373,18 +403,21 @@ class SuffixHistory:
 
 class HybridStep:
     """One proposal's bookkeeping (see :meth:`HybridState.last_step`): how many of its tokens were
-    llama.cpp's (of a draft of ``llama_full``) and suffix tokens, and their statistics' cells."""
+    llama.cpp's (of a draft of ``llama_full``, the first ``confirmed`` of them confirmed by the
+    suffix-only draft) and suffix tokens, and their statistics' cells."""
 
     llama_full: i64
     llama: i64
     suffix: i64
     cells: vec[i64]
+    confirmed: i64
 
-    def __init__(self, llama_full: i64, llama: i64, suffix: i64, cells: vec[i64]) -> None:
+    def __init__(self, llama_full: i64, llama: i64, suffix: i64, cells: vec[i64], confirmed: i64) -> None:
         self.llama_full = llama_full
         self.llama = llama
         self.suffix = suffix
         self.cells = cells
+        self.confirmed = confirmed
 
 
 class HybridState:
@@ -404,6 +437,7 @@ class HybridState:
     seen: i64
     last_llama: i64
     last_llama_full: i64
+    last_confirmed: i64
     last_suffix: i64
     last_cells: vec[i64]
     threshold: float
@@ -430,11 +464,12 @@ class HybridState:
         # tenths of a token, so the waste balance stays an integer (identical in both implementations)
         self.target_waste10 = i64(round(target_waste * 10))
         self.balance = 0
-        self.tried = zeros_i64(N_CLASS * N_LEN)
-        self.ok = zeros_i64(N_CLASS * N_LEN)
-        self.l_tried = zeros_i64(N_LLAMA * N_LLAMA_POS)
-        self.l_ok = zeros_i64(N_LLAMA * N_LLAMA_POS)
+        self.tried = zeros_i64(N_KIND * N_STATIC * N_CLASS * N_LEN)
+        self.ok = zeros_i64(N_KIND * N_STATIC * N_CLASS * N_LEN)
+        self.l_tried = zeros_i64(2 * N_LLAMA_CELLS)
+        self.l_ok = zeros_i64(2 * N_LLAMA_CELLS)
         self.last_llama_full = 0
+        self.last_confirmed = 0
         self.seen = 0
         self.last_llama = 0
         self.last_suffix = 0
@@ -484,43 +519,39 @@ class HybridState:
         self.history._push(t)
         self.seen += 1
 
-    def _suffix(self, drafted: vec[i32], base: i64, n_draft: i64, before: vec[i32]) -> vec[i32]:
-        """Trim and extend ``drafted[base:]`` (llama.cpp's draft); returns the vec.
+    def _estimate(self, cell: i64) -> float:
+        """Estimated acceptance of a suffix token of statistic ``cell``."""
+        return (float(self.ok[cell]) + PRIOR_OK) / (float(self.tried[cell]) + PRIOR_TRIED)
 
-        llama.cpp's tokens are kept while the running estimate stays at or above the
-        threshold; suffix-match tokens follow under the same running estimate. ``before`` is
-        what precedes the draft in the query: empty for the history's current request (its
-        tokens end the stream), else a detached request's last tokens (see :meth:`propose_detached`).
+    def _l_estimate(self, cell: i64) -> float:
+        """Estimated acceptance of a llama.cpp token of statistic ``cell``."""
+        return (float(self.l_ok[cell]) + PRIOR_OK) / (float(self.l_tried[cell]) + PRIOR_TRIED)
+
+    def _follow(
+        self,
+        q: vec[i32],
+        drafted: vec[i32],
+        n_max: i64,
+        prob: float,
+        kind: i64,
+        st: StaticSource,
+        cmp: vec[i32],
+        cmp_base: i64,
+        cmp_n: i64,
+    ) -> tuple[vec[i32], vec[i64]]:
+        """Append up to ``n_max`` suffix-match tokens for the query ``q`` to ``drafted``.
+
+        ``q`` is what follows the history's stream in the query (see ``SuffixHistory._collect``);
+        ``prob`` the running estimate so far. Returns the vec and the drafted tokens' cells.
+        With ``cmp_n > 0`` it stops early, after the first token that differs from
+        ``cmp[cmp_base + k]`` or after ``cmp_n`` tokens: only a prefix of the same draft (a
+        speed-up for the suffix-only draft when only its agreement with llama.cpp's is needed).
         """
-        m_full = i64(len(drafted)) - base
-        self.last_llama_full = m_full
-        self.last_suffix = 0
-        prob = 1.0
-        m: i64 = 0
-        while m < m_full:
-            cell = llama_cell(m_full, m)
-            p_ok = (float(self.l_ok[cell]) + PRIOR_OK) / (float(self.l_tried[cell]) + PRIOR_TRIED)
-            if prob * p_ok < self.threshold:
-                break
-            prob = prob * p_ok
-            m += 1
-        if m < m_full:
-            kept = vec[i32](capacity=base + n_draft)
-            for j in range(base + m):
-                kept = append(kept, drafted[j])
-            drafted = kept
-        self.last_llama = m
-        if m >= n_draft:
-            return drafted
-        q = vec[i32](capacity=i64(len(before)) + m)
-        for j in range(len(before)):
-            q = append(q, before[j])
-        for j in range(base, len(drafted)):
-            q = append(q, drafted[j])
+        cells = vec[i64](capacity=n_max)
         h = self.history
         best = h._collect(q, self.max_candidates)
         if best == 0:
-            return drafted
+            return drafted, cells
         # The candidates followed: every occurrence matching as long as the best.
         # Kept in place at the front of h.cand_p (n_act of them), newest first.
         act = h.cand_p
@@ -529,11 +560,12 @@ class HybridState:
             if h.cand_len[j] == best:
                 act[n_act] = act[j]
                 n_act += 1
-        cells = vec[i64](capacity=n_draft)
         toks = h.toks
         end = i64(len(toks))
+        b2 = h._query_at(q, 1)  # the two tokens before the next drafted one (for static_class)
+        b1 = h._query_at(q, 0)
         k: i64 = 0
-        while m + k < n_draft:
+        while k < n_max:
             # The most frequent next token among the candidates; on a tie the newest one's.
             best_t = SEP
             best_c: i64 = 0
@@ -552,13 +584,17 @@ class HybridState:
                     best_t = ti
             if best_c == 0:
                 break
-            cell = stat_cell(best_c, n_act, best + k)
-            prob = prob * ((float(self.ok[cell]) + PRIOR_OK) / (float(self.tried[cell]) + PRIOR_TRIED))
+            cell = stat_cell(best_c, n_act, best + k, static_class(st, b2, b1, best_t), kind)
+            prob = prob * self._estimate(cell)
             if prob < self.threshold:
                 break
             drafted = append(drafted, best_t)
             cells = append(cells, cell)
+            b2 = b1
+            b1 = best_t
             k += 1
+            if cmp_n > 0 and (best_t != cmp[cmp_base + k - 1] or k >= cmp_n):
+                break
             n_kept: i64 = 0
             for i in range(n_act):
                 pi = act[i] + k - 1
@@ -566,7 +602,72 @@ class HybridState:
                     act[n_kept] = act[i]
                     n_kept += 1
             n_act = n_kept
-        self.last_suffix = k
+        return drafted, cells
+
+    def _suffix(self, drafted: vec[i32], base: i64, n_draft: i64, before: vec[i32], st: StaticSource) -> vec[i32]:
+        """Choose, trim and extend ``drafted[base:]`` (llama.cpp's draft); returns the vec.
+
+        When llama.cpp drafted, the suffix-only draft (from the request alone, kind 1) is made
+        first: it confirms llama.cpp's first tokens where it agrees, and replaces the whole draft
+        when they disagree on the first token and its first token's estimate is higher than
+        llama.cpp's. Otherwise llama.cpp's tokens are kept while the running estimate stays at
+        or above the threshold, and suffix-match tokens (kind 0) follow under the same running
+        estimate. ``before`` is what precedes the draft in the query: empty for the history's
+        current request (its tokens end the stream), else a detached request's last tokens
+        (see :meth:`propose_detached`).
+        """
+        m_full = i64(len(drafted)) - base
+        self.last_llama_full = m_full
+        self.last_suffix = 0
+        self.last_confirmed = 0
+        if m_full > 0:
+            alt = vec[i32](capacity=base + n_draft)
+            for j in range(base):
+                alt = append(alt, drafted[j])
+            # Only as far as it agrees with llama.cpp's draft (plus the first token that does not):
+            # all the agreement needs; the whole draft is made again if it replaces llama.cpp's.
+            short, alt_cells = self._follow(before, alt, n_draft, 1.0, 1, st, drafted, base, m_full)
+            n_alt = i64(len(alt_cells))
+            agree: i64 = 0
+            while agree < n_alt and agree < m_full and short[base + agree] == drafted[base + agree]:
+                agree += 1
+            self.last_confirmed = agree
+            if (
+                agree == 0
+                and n_alt > 0
+                and self._estimate(alt_cells[0]) > self._l_estimate(llama_cell(m_full, 0, False))
+            ):
+                alt = vec[i32](capacity=base + n_draft)
+                for j in range(base):
+                    alt = append(alt, drafted[j])
+                alt, alt_cells = self._follow(before, alt, n_draft, 1.0, 1, st, drafted, base, 0)
+                self.last_llama = 0
+                self.last_suffix = i64(len(alt_cells))
+                self.last_cells = alt_cells
+                return alt
+        prob = 1.0
+        m: i64 = 0
+        while m < m_full:
+            p_ok = self._l_estimate(llama_cell(m_full, m, m < self.last_confirmed))
+            if prob * p_ok < self.threshold:
+                break
+            prob = prob * p_ok
+            m += 1
+        if m < m_full:
+            kept = vec[i32](capacity=base + n_draft)
+            for j in range(base + m):
+                kept = append(kept, drafted[j])
+            drafted = kept
+        self.last_llama = m
+        if m >= n_draft:
+            return drafted
+        q = vec[i32](capacity=i64(len(before)) + m)
+        for j in range(len(before)):
+            q = append(q, before[j])
+        for j in range(base, len(drafted)):
+            q = append(q, drafted[j])
+        drafted, cells = self._follow(q, drafted, n_draft - m, prob, 0, st, drafted, base, 0)
+        self.last_suffix = i64(len(cells))
         self.last_cells = cells
         return drafted
 
@@ -584,7 +685,7 @@ class HybridState:
             self.threshold = THRESHOLD_MAX if t > THRESHOLD_MAX else (THRESHOLD_MIN if t < THRESHOLD_MIN else t)
         j: i64 = 0
         while j < m and j <= n_accepted:  # llama.cpp's tokens reached: the accepted ones and the first miss
-            cell = llama_cell(self.last_llama_full, j)
+            cell = llama_cell(self.last_llama_full, j, j < self.last_confirmed)
             self.l_tried[cell] += 1
             if j < n_accepted:
                 self.l_ok[cell] += 1
@@ -677,7 +778,7 @@ class HybridState:
                 rest = to_vec(tokens)
                 for j in range(len(rest)):
                     before = append(before, rest[j])
-        tail = self._suffix(tail, base, n_draft, before)
+        tail = self._suffix(tail, base, n_draft, before, st)
         return [int(tail[j]) for j in range(base, len(tail))]
 
     def last_step(self) -> HybridStep:
@@ -685,7 +786,7 @@ class HybridState:
 
         Needed when proposals of several requests are outstanding at once.
         """
-        return HybridStep(self.last_llama_full, self.last_llama, self.last_suffix, self.last_cells)
+        return HybridStep(self.last_llama_full, self.last_llama, self.last_suffix, self.last_cells, self.last_confirmed)
 
     def resume_step(self, step: HybridStep) -> None:
         """Make ``step`` (from :meth:`last_step`) the proposal the next :meth:`observe` is about."""
@@ -693,6 +794,7 @@ class HybridState:
         self.last_llama = step.llama
         self.last_suffix = step.suffix
         self.last_cells = step.cells
+        self.last_confirmed = step.confirmed
 
     def observe(self, n_accepted: int, committed: Sequence[int] = ()) -> None:
         """Record that the engine accepted the first ``n_accepted`` tokens of the last proposal.
@@ -737,13 +839,15 @@ def replay_hybrid_core(
         while pos < n_ctx:
             n_steps += 1
             tail = vec[i32](capacity=NGRAM_MAX + n_draft)
-            lo = pos - 4 if pos > 4 else 0
+            lo: i64 = 0  # an if statement, not a conditional expression: see replay_core
+            if pos > 4:
+                lo = pos - 4
             for j in range(i_start + lo, i_start + pos):
                 tail = append(tail, toks[j])
             base = i64(len(tail))
             if pos >= 2:
                 tail = draft_core(tail, pos, n_draft, NGRAM_MIN, NGRAM_MAX, ctx, dyn, st)
-            tail = state._suffix(tail, base, n_draft, own)
+            tail = state._suffix(tail, base, n_draft, own, st)
             nd = i64(len(tail)) - base
             n_drafted += nd
             acc: i64 = 0

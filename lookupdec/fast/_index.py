@@ -2,10 +2,13 @@
 
 Opening costs O(1): the 96-byte header is checked and the file is memory-mapped (or, with
 ``in_memory=True``, read into one ``bytes``). Lookups read the flat little-endian arrays
-with ``librt.strings.read_i32_le``/``read_i64_le``, which mypyc compiles to direct loads on a
-``bytes`` object. An ``mmap`` is not a ``bytes``, so in mmap mode each lookup slices the
-few bytes it needs (a slot, a key, two starts, a pick, then the followers' tokens and
-counts) into small ``bytes`` objects and reads those.
+with ``librt.strings.read_i32_le``/``read_i64_le``. On a ``bytes`` object mypyc compiles
+each to ``CPyBytes_ReadI32LE``/``ReadI64LE``, static inline C helpers of its ``lib-rt`` that
+gcc inlines: a bounds check against the object's size, then one 4- or 8-byte load (a
+``memcpy``), no Python objects; the caller then tests the error sentinel (-113, with a
+``PyErr_Occurred()`` call only when a value equals it). An ``mmap`` is not a ``bytes``, so in
+mmap mode each lookup slices the few bytes it needs (a slot, a key, two starts, a pick, then
+the followers' tokens and counts) into small ``bytes`` objects and reads those.
 
 Every offset read from the file is checked before it is used, so a corrupt file raises
 :class:`~lookupdec.errors.CacheFormatError` instead of reading out of bounds.
@@ -35,11 +38,15 @@ from lookupdec.fast._core import (
     M32,
     NULL32,
     PAD_WORD,
+    STATIC_MIN_PERCENT,
+    STATIC_MIN_SAMPLE,
     Key,
     NgramCache,
     StaticSource,
+    empty_slot,
     filled_i32,
     key_words,
+    low32,
     pack,
 )
 
@@ -78,8 +85,9 @@ def static_slot(a: i32, b: i32, bits: i64) -> i64:
     hi = i64(a) & M32
     lo = i64(b) & M32
     h1, l1 = mul32(lo, MUL_LO)
-    _, x1 = mul32(lo, MUL_HI)
-    _, x2 = mul32(hi, MUL_LO)
+    # Named, not ``_``: mypyc types ``_`` as object and boxed both high halves (see _core.filled_i32).
+    _h2, x1 = mul32(lo, MUL_HI)
+    _h3, x2 = mul32(hi, MUL_LO)
     rhi = (h1 + x1 + x2) & M32
     if bits <= 32:
         return rhi >> (32 - bits)
@@ -89,7 +97,7 @@ def static_slot(a: i32, b: i32, bits: i64) -> i64:
 def filled_i64(n: i64, value: i64) -> vec[i64]:
     """A vec of ``n`` copies of ``value``."""
     v = vec[i64](capacity=n)
-    for _ in range(n):
+    for _i in range(n):  # not ``_``, which mypyc boxes: see _core.filled_i32
         v = append(v, value)
     return v
 
@@ -111,7 +119,7 @@ def static_pick(toks: vec[i32], cnts: vec[i64]) -> i32:
             best = t
             mx = c
         total += c
-    if total < 2 or 100 * mx < 50 * total:
+    if total < STATIC_MIN_SAMPLE or 100 * mx < STATIC_MIN_PERCENT * total:
         return NULL32
     return best
 
@@ -180,10 +188,7 @@ class IndexBuilder:
         keys = self.keys
         for o in range(n_keys):
             kw = keys[o]
-            h = static_slot(i32(kw >> 32), i32(((kw & M32) ^ 0x80000000) - 0x80000000), bits)
-            while slots[h] >= 0:
-                h = (h + 1) & mask
-            slots[h] = i32(o)
+            slots[empty_slot(slots, static_slot(i32(kw >> 32), low32(kw), bits), mask)] = i32(o)
         w = BytesWriter()
         pos: i64 = HEADER_SIZE
         for j in range(n_slots):
@@ -245,7 +250,7 @@ def index_bytes_from_cache(cache: NgramCache) -> bytes:
             toks = append(toks, cache._ntok[node])
             cnts = append(cnts, cache._ncnt[node])
             node = i64(cache._nnext[node])
-        b.add(i32(w0 >> 32), i32(((w0 & M32) ^ 0x80000000) - 0x80000000), toks, cnts)
+        b.add(i32(w0 >> 32), low32(w0), toks, cnts)
     return b.to_bytes()
 
 
@@ -423,7 +428,7 @@ class StaticIndex(StaticSource):
         mem = self.in_memory
         buf = self._buf
         # At most n_slots probes: a corrupt table with no empty slot cannot loop forever.
-        for _ in range(self.n_slots):
+        for _i in range(self.n_slots):  # ``_i``, not ``_``: see _core.filled_i32
             off = o_slots + 4 * h
             o = i64(read_i32_le(buf, off) if mem else self._rd32(off))
             if o < 0:
@@ -500,7 +505,7 @@ class StaticIndex(StaticSource):
                 best = t
                 mx = c
             total += c
-        want = best if total >= 2 and 100 * mx >= 50 * total else NULL32
+        want = best if total >= STATIC_MIN_SAMPLE and 100 * mx >= STATIC_MIN_PERCENT * total else NULL32
         pick = self._rd32(self._o_picks + 4 * o)
         if pick != want:
             raise self._corrupt(f"key {o}: stored pick {pick}, spec 3.2 gives {want}", where)
@@ -532,7 +537,7 @@ class StaticIndex(StaticSource):
         key = vec[i64](capacity=memo)
         n = vec[i64](capacity=memo)
         pick = vec[i32](capacity=memo)
-        for _ in range(memo):
+        for _i in range(memo):  # ``_i``, not ``_``: see _core.filled_i32
             key = append(key, 0)
             n = append(n, 0)
             pick = append(pick, NULL32)
@@ -574,7 +579,10 @@ class StaticIndex(StaticSource):
         self._bc = bc
         self._ct = 0
         self._cc = 0
-        old: i64 = i64(len(self._memo_bt[m]) + len(self._memo_bc[m])) if self._memo_ok[m] else 0
+        # An if statement: the conditional expression (i64 | literal) was boxed (see _core's _find).
+        old: i64 = 0
+        if self._memo_ok[m]:
+            old = i64(len(self._memo_bt[m]) + len(self._memo_bc[m]))
         if self._memo_bytes - old + 8 * n <= MEMO_BUDGET:
             self._memo_bytes += 8 * n - old
             self._memo_ok[m] = True
@@ -586,14 +594,18 @@ class StaticIndex(StaticSource):
         return n > 0
 
     def _st_count(self, tok: i32) -> i64:
-        """Count of ``tok`` in the selected part (branchless binary search), ABSENT if not there."""
+        """Count of ``tok`` in the selected part (binary search), ABSENT if not there."""
         n = self._cn
         if n == 0:
             return ABSENT
         bt = self._bt
         ct = self._ct
         lo: i64 = 0
-        # Halve a fixed number of times for a given length; the select compiles to a cmov.
+        # Halve a fixed number of times for a given length, choosing ``lo`` with a select
+        # instead of leaving the loop on a match. mypyc writes the select as an if/else on
+        # native ints; gcc -O3 turns it into a cmovge here (build/__native_lookupdec.c and the
+        # .so's disassembly), but that is the C compiler's choice. The loop still branches on
+        # read_i32_le's bounds check and error sentinel (both predictable: never taken).
         while n > 1:
             half = n >> 1
             lo = lo + half if read_i32_le(bt, ct + 4 * (lo + half)) <= tok else lo
@@ -619,14 +631,14 @@ class StaticIndex(StaticSource):
     def _key_of(self, o: i64) -> Key:
         """The 4-slot key of ordinal ``o``."""
         w = self._rd64(self._o_keys + 8 * o)
-        return (int(w >> 32), int(((w & M32) ^ 0x80000000) - 0x80000000), -1, -1)
+        return (int(w >> 32), int(low32(w)), -1, -1)
 
     def _ordinal(self, key: Sequence[object]) -> i64:
         """Ordinal of a 4-slot key (a padded 2-gram), -1 if absent."""
         ok, w0, w1 = key_words(key)
         if not ok or w1 != PAD_WORD:
             return -1
-        return self._find(i32(w0 >> 32), i32(((w0 & M32) ^ 0x80000000) - 0x80000000))
+        return self._find(i32(w0 >> 32), low32(w0))
 
     def part(self, key: Key) -> dict[int, int] | None:
         """The followers of a padded key as a new dict, or None (the reference's ``part``)."""

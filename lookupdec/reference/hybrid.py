@@ -2,8 +2,13 @@
 
 llama.cpp's rule drafts only when its caches are confident, and stays silent on most steps.
 The hybrid policy keeps llama.cpp's draft (trimmed where the running estimate below says its
-tokens are unlikely to be accepted: per (draft length, position) acceptance counts) and,
-where it stops short of ``n_draft`` (or is empty), continues it with a *suffix match*:
+tokens are unlikely to be accepted: per (confirmed, draft length, position) acceptance counts)
+and, where it stops short of ``n_draft`` (or is empty), continues it with a *suffix match*
+(steps 1 and 2). When llama.cpp drafted, the suffix match of the request alone (the
+*suffix-only draft*) is made first: the llama.cpp tokens it agrees with, from the first on,
+are *confirmed*; when the two disagree on the first token, the suffix-only draft replaces
+llama.cpp's if its first token's estimate is higher than that of an unconfirmed first token
+of a llama.cpp draft of this length.
 
 1. The query is the request so far followed by the tokens drafted so far. Its last two tokens
    (a bigram) are looked up in the :class:`SuffixHistory`: the token stream of the earlier
@@ -22,14 +27,18 @@ where it stops short of ``n_draft`` (or is empty), continues it with a *suffix m
    one occurrence behind it, won a tie, was unanimous among several, had a majority or
    only a plurality (:func:`support_class`); the effective match length is the match length
    plus the offset into the suffix part (a token drafted after ``k`` accepted ones extends
-   the match by ``k``), capped at 32. Rates are ``(ok + 1) / (tried + 2)`` (Laplace prior);
+   the match by ``k``), capped at 32. Kinds are also split by the *static class* of the
+   token (how the static index supports it after the two tokens before it:
+   :func:`static_class`) and by whether the suffix tokens follow llama.cpp's kept tokens (or
+   none: kind 0) or form the suffix-only draft (kind 1). Rates are ``(ok + 1) / (tried + 2)`` (Laplace prior);
    both counts are halved when ``tried`` reaches :data:`DECAY_AT`, so recent steps weigh
    more. Long, unanimous matches therefore draft long, and a kind of token that keeps
    failing stops being drafted beyond its first position.
 
 3. The threshold starts at :data:`THRESHOLD` and is steered after every :meth:`HybridState.observe`
-   so that the rejected drafted tokens average ``target_waste`` per step (see
-   :data:`TARGET_WASTE`, :data:`THRESHOLD_STEP`, :data:`BALANCE_CAP`).
+   so that the rejected drafted tokens average ``target_waste`` per step over the run (see
+   :data:`TARGET_WASTE`, :data:`THRESHOLD_STEP`, :data:`BALANCE_CAP`): slowly, because a
+   steady threshold gains more per wasted token than a swinging one.
 
 Everything is integer counting plus one float product in a fixed order: deterministic, and
 the fast path computes the same floats.
@@ -43,8 +52,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from lookupdec.reference.cache import NGRAM_MAX, NGRAM_MIN, NgramCache
-from lookupdec.reference.draft import PartSource, draft
+from lookupdec.reference.cache import NGRAM_MAX, NGRAM_MIN, TOKEN_NULL, NgramCache
+from lookupdec.reference.draft import PartSource, draft, try_static
 
 SEP = -1
 """Separator written before every request in the history stream (never matched)."""
@@ -57,22 +66,27 @@ MAX_MATCH = 32
 N_LEN = 33
 """Acceptance statistics per effective match length 1..32 (match length + offset into the suffix part) ..."""
 N_CLASS = 5
-"""... and per support class of the drafted token (see :func:`support_class`)."""
+"""... per support class of the drafted token (see :func:`support_class`) ..."""
+N_STATIC = 6
+"""... per static class of the drafted token (see :func:`static_class`) ..."""
+N_KIND = 2
+"""... and per kind of suffix draft: 0 after llama.cpp's kept tokens (or none), 1 in place of its draft."""
 N_LLAMA = 17
 """Acceptance statistics of llama.cpp's tokens per draft length 1..16 (16 = "16 or more") ..."""
 N_LLAMA_POS = 16
 """... and position 0..15 in it (15 = "15 or later")."""
-THRESHOLD = 0.02
-"""Draft a suffix token only while its estimated chance to be reached and accepted is at least this."""
+THRESHOLD = 0.015
+"""Initial threshold: draft a token only while its estimated chance to be reached and accepted is at least this."""
 TARGET_WASTE = 1.9
-"""Wasted drafted tokens per step the threshold is steered to (0 turns the controller off)."""
-THRESHOLD_STEP = 1.002
-"""Factor the threshold moves by after every observed step."""
+"""Wasted drafted tokens per step the threshold is steered to (0 keeps it fixed)."""
+THRESHOLD_STEP = 1.0001
+"""Factor the threshold moves by after every observed step (slowly: a steady threshold wastes less for
+what it gains than a swinging one)."""
 THRESHOLD_MIN = 0.002
 THRESHOLD_MAX = 0.5
 """Bounds of the steered threshold."""
-BALANCE_CAP = 20000
-"""The waste balance is kept within +-64 tokens (in tenths)."""
+BALANCE_CAP = 100_000_000
+"""The waste balance is kept within +-10,000,000 tokens (in tenths): the whole run's budget."""
 PRIOR_OK = 1.0
 PRIOR_TRIED = 2.0
 """Laplace prior of every estimate: (ok + 1) / (tried + 2)."""
@@ -80,6 +94,14 @@ DECAY_AT = 1 << 14
 """Counts of a statistic are halved (integer division) when its ``tried`` reaches this."""
 POLICIES = ("llama", "hybrid")
 """The drafting policies: llama.cpp's rule (the default, exact) and the hybrid policy."""
+
+
+Cell = tuple[int, int, int, int]
+"""A suffix token's statistic: (kind, static class, support class, effective match length)."""
+LlamaCell = tuple[bool, int, int]
+"""A llama.cpp token's statistic: (confirmed, its draft's length, position)."""
+Step = tuple[int, int, int, list[Cell], int]
+"""A proposal's bookkeeping (see :meth:`HybridState.last_step`)."""
 
 
 def check_policy(policy: str) -> None:
@@ -148,6 +170,16 @@ class SuffixHistory:
         for t in tokens:
             self.push(int(t))
 
+    def query_token(self, drafted: Sequence[int], j: int, request: Sequence[int] | None = None) -> int:
+        """The query's token ``j`` places before its end (:data:`SEP` before its start); see :meth:`candidates`."""
+        if j < len(drafted):
+            return drafted[len(drafted) - 1 - j]
+        if request is not None:
+            i = len(request) - 1 - (j - len(drafted))
+            return request[i] if i >= 0 else SEP
+        p = len(self.toks) - 1 - (j - len(drafted))
+        return self.toks[p] if p >= 0 else SEP
+
     def candidates(
         self, drafted: Sequence[int], max_candidates: int = MAX_CANDIDATES, request: Sequence[int] | None = None
     ) -> list[tuple[int, int]]:
@@ -161,14 +193,8 @@ class SuffixHistory:
         newest occurrence of the last token alone, with length 1.
         """
 
-        def query(j: int) -> int:  # the query token j places before its end
-            if j < len(drafted):
-                return drafted[len(drafted) - 1 - j]
-            if request is not None:
-                i = len(request) - 1 - (j - len(drafted))
-                return request[i] if i >= 0 else SEP
-            p = len(self.toks) - 1 - (j - len(drafted))
-            return self.toks[p] if p >= 0 else SEP
+        def query(j: int) -> int:
+            return self.query_token(drafted, j, request)
 
         last, before = query(0), query(1)
         if last == SEP:
@@ -203,6 +229,25 @@ def support_class(count: int, n_active: int) -> int:
     return 4
 
 
+def static_class(static: PartSource, a: int, b: int, token: int) -> int:
+    """How the static index supports ``token`` after ``(a, b)``: 0 it has no followers of
+    that 2-gram (or ``a``/``b`` is a separator), 5 ``token`` is its own draft there (spec 3.2),
+    else 1 ``token`` is not a follower, 2 a follower seen 1-2 times, 3 3-19 times, 4 more."""
+    if SEP in (a, b):
+        return 0
+    part = static.part((a, b, TOKEN_NULL, TOKEN_NULL))
+    if not part:
+        return 0
+    if token == try_static(part):
+        return 5
+    count = part.get(token)
+    if count is None:
+        return 1
+    if count <= 2:
+        return 2
+    return 3 if count < 20 else 4
+
+
 def _estimate(ok: int, tried: int) -> float:
     return (float(ok) + PRIOR_OK) / (float(tried) + PRIOR_TRIED)
 
@@ -233,22 +278,25 @@ class HybridState:
         self.max_candidates = max_candidates
         self.target_waste10 = round(target_waste * 10)  # tenths of a token: the balance stays an integer
         self.balance = 0  # waste budget left, in tenths of a token
-        # acceptance counts per (support class, effective match length)
-        self.tried = [[0] * N_LEN for _ in range(N_CLASS)]
-        self.ok = [[0] * N_LEN for _ in range(N_CLASS)]
-        # acceptance counts of llama.cpp's tokens per (its draft's length, position)
-        self.l_tried = [[0] * N_LLAMA_POS for _ in range(N_LLAMA)]
-        self.l_ok = [[0] * N_LLAMA_POS for _ in range(N_LLAMA)]
+        # acceptance counts per cell (kind, static class, support class, effective match length)
+        self.tried: Counter[Cell] = Counter()
+        self.ok: Counter[Cell] = Counter()
+        # acceptance counts of llama.cpp's tokens per (confirmed?, its draft's length, position)
+        self.l_tried: Counter[LlamaCell] = Counter()
+        self.l_ok: Counter[LlamaCell] = Counter()
         self.last_llama_full = 0
+        self.last_confirmed = 0  # llama.cpp's first tokens the suffix-only draft agreed with
         self.seen = 0
         self.last_llama = 0
         self.last_suffix = 0
-        self.last_cells: list[tuple[int, int]] = []
+        self.last_cells: list[Cell] = []
 
-    def _llama_counts(self, m_full: int, j: int) -> tuple[int, int]:
-        """(ok, tried) of token ``j`` of a llama.cpp draft of ``m_full`` tokens."""
-        row, col = min(m_full, N_LLAMA - 1), min(j, N_LLAMA_POS - 1)
-        return self.l_ok[row][col], self.l_tried[row][col]
+    def _llama_cell(self, m_full: int, j: int) -> LlamaCell:
+        """The cell of token ``j`` of a llama.cpp draft of ``m_full`` tokens in the last proposal."""
+        return (j < self.last_confirmed, min(m_full, N_LLAMA - 1), min(j, N_LLAMA_POS - 1))
+
+    def _llama_estimate(self, cell: LlamaCell) -> float:
+        return _estimate(self.l_ok[cell], self.l_tried[cell])
 
     def begin_request(self) -> None:
         """Start a new request (the previous one stays in the history)."""
@@ -284,19 +332,92 @@ class HybridState:
         self.last_llama = min(m, n)
         self.last_suffix = min(s, max(n - m, 0))
 
-    def extend_draft(self, drafted: list[int], n_draft: int, request: Sequence[int] | None = None) -> None:
-        """Trim and extend ``drafted``, llama.cpp's draft for the current history, in place.
+    def _follow(
+        self,
+        drafted: list[int],
+        n_max: int,
+        prob: float,
+        kind: int,
+        request: Sequence[int] | None,
+        static: PartSource,
+    ) -> tuple[list[int], list[Cell]]:
+        """Up to ``n_max`` suffix-match tokens after the query (the stream, or ``request``, then
+        ``drafted``) and their cells, while the running estimate (from ``prob``) allows."""
+        found = self.history.candidates(drafted, self.max_candidates, request)
+        if not found:
+            return [], []
+        best = max(length for _, length in found)
+        active = [p for p, length in found if length == best]  # newest first
+        toks = self.history.toks
+        # the two tokens before the next drafted one, for static_class
+        b2 = self.history.query_token(drafted, 1, request)
+        b1 = self.history.query_token(drafted, 0, request)
+        out: list[int] = []
+        cells: list[Cell] = []
+        k = 0
+        while k < n_max:
+            nexts = [toks[p + k] if p + k < len(toks) else SEP for p in active]
+            votes = Counter(t for t in nexts if t != SEP)
+            if not votes:
+                break
+            top = max(votes.values())
+            token = next(t for t in nexts if votes.get(t) == top)  # a tie: the newest candidate's
+            cell = (
+                kind,
+                static_class(static, b2, b1, token),
+                support_class(top, len(active)),
+                min(best + k, N_LEN - 1),
+            )
+            prob = prob * _estimate(self.ok[cell], self.tried[cell])
+            if prob < self.threshold:
+                break
+            out.append(token)
+            cells.append(cell)
+            b2, b1 = b1, token
+            active = [p for p, t in zip(active, nexts, strict=True) if t == token]
+            k += 1
+        return out, cells
 
+    def extend_draft(
+        self,
+        drafted: list[int],
+        n_draft: int,
+        request: Sequence[int] | None = None,
+        static: PartSource | None = None,
+    ) -> None:
+        """Choose, trim and extend ``drafted``, llama.cpp's draft for the current history, in place.
+
+        When llama.cpp drafted, the suffix-only draft (the suffix match from the request alone,
+        kind 1) is made first: where it agrees with llama.cpp's first tokens they count as
+        *confirmed*; when the two disagree on the first token and the suffix-only draft's
+        first token has the higher estimate, it replaces llama.cpp's draft. Otherwise
         llama.cpp's tokens are kept while the running estimate stays at or above the
-        threshold; suffix-match tokens follow under the same running estimate. ``request``: the
-        tokens of a request not in the history (see :meth:`propose_detached`), else None.
+        threshold, and suffix-match tokens (kind 0) follow under the same running estimate.
+        ``request``: the tokens of a request not in the history (see :meth:`propose_detached`),
+        else None. ``static``: the static cache (for :func:`static_class`; None: empty).
         """
+        st: PartSource = static if static is not None else NgramCache()
         m_full = len(drafted)
-        self.last_llama_full, self.last_suffix = m_full, 0
+        self.last_llama_full, self.last_suffix, self.last_confirmed = m_full, 0, 0
+        if m_full > 0:
+            alt, alt_cells = self._follow([], n_draft, 1.0, 1, request, st)
+            agree = 0
+            while agree < min(len(alt), m_full) and alt[agree] == drafted[agree]:
+                agree += 1
+            self.last_confirmed = agree
+            if (
+                agree == 0
+                and alt_cells
+                and _estimate(self.ok[alt_cells[0]], self.tried[alt_cells[0]])
+                > self._llama_estimate(self._llama_cell(m_full, 0))
+            ):
+                drafted[:] = alt
+                self.last_llama, self.last_suffix, self.last_cells = 0, len(alt), alt_cells
+                return
         prob = 1.0
         m = 0
         while m < m_full:
-            p_ok = _estimate(*self._llama_counts(m_full, m))
+            p_ok = self._llama_estimate(self._llama_cell(m_full, m))
             if prob * p_ok < self.threshold:
                 break
             prob = prob * p_ok
@@ -305,31 +426,10 @@ class HybridState:
         self.last_llama = m
         if m >= n_draft:
             return
-        found = self.history.candidates(drafted, self.max_candidates, request)
-        if not found:
-            return
-        best = max(length for _, length in found)
-        active = [p for p, length in found if length == best]  # newest first
-        toks = self.history.toks
-        cells = []
-        k = 0
-        while m + k < n_draft:
-            nexts = [toks[p + k] if p + k < len(toks) else SEP for p in active]
-            votes = Counter(t for t in nexts if t != SEP)
-            if not votes:
-                break
-            top = max(votes.values())
-            token = next(t for t in nexts if votes.get(t) == top)  # a tie: the newest candidate's
-            cell = (support_class(top, len(active)), min(best + k, N_LEN - 1))
-            prob = prob * _estimate(self.ok[cell[0]][cell[1]], self.tried[cell[0]][cell[1]])
-            if prob < self.threshold:
-                break
-            drafted.append(token)
-            cells.append(cell)
-            active = [p for p, t in zip(active, nexts, strict=True) if t == token]
-            k += 1
+        more, cells = self._follow(drafted, n_draft - m, prob, 0, request, st)
+        drafted.extend(more)
         self.last_cells = cells
-        self.last_suffix = k
+        self.last_suffix = len(more)
 
     def propose(
         self,
@@ -378,19 +478,19 @@ class HybridState:
         drafted = [tokens[-1]]
         draft(tokens, drafted, n_draft, NGRAM_MIN, NGRAM_MAX, nc_context, nc_dynamic, nc_static or NgramCache())
         out = drafted[1:]
-        self.extend_draft(out, n_draft, tokens if detached else None)
+        self.extend_draft(out, n_draft, tokens if detached else None, nc_static)
         return out
 
-    def last_step(self) -> tuple[int, int, int, list[tuple[int, int]]]:
+    def last_step(self) -> Step:
         """The bookkeeping of the last proposal, to :meth:`observe` it later with :meth:`resume_step`.
 
         Needed when proposals of several requests are outstanding at once.
         """
-        return (self.last_llama_full, self.last_llama, self.last_suffix, self.last_cells)
+        return (self.last_llama_full, self.last_llama, self.last_suffix, self.last_cells, self.last_confirmed)
 
-    def resume_step(self, step: tuple[int, int, int, list[tuple[int, int]]]) -> None:
+    def resume_step(self, step: Step) -> None:
         """Make ``step`` (from :meth:`last_step`) the proposal the next :meth:`observe` is about."""
-        self.last_llama_full, self.last_llama, self.last_suffix, self.last_cells = step
+        self.last_llama_full, self.last_llama, self.last_suffix, self.last_cells, self.last_confirmed = step
 
     def observe(self, n_accepted: int, committed: Sequence[int] = ()) -> None:
         """Record that the first ``n_accepted`` tokens of the last proposal were accepted.
@@ -405,25 +505,24 @@ class HybridState:
             self.balance = max(-BALANCE_CAP, min(BALANCE_CAP, self.balance + self.target_waste10 - 10 * wasted))
             t = self.threshold * THRESHOLD_STEP if self.balance < 0 else self.threshold / THRESHOLD_STEP
             self.threshold = max(THRESHOLD_MIN, min(THRESHOLD_MAX, t))
-        row = min(self.last_llama_full, N_LLAMA - 1)
         for j in range(min(m, n_accepted + 1)):  # llama.cpp's tokens reached: the accepted ones and the first miss
-            col = min(j, N_LLAMA_POS - 1)
-            self.l_tried[row][col] += 1
+            lc = self._llama_cell(self.last_llama_full, j)
+            self.l_tried[lc] += 1
             if j < n_accepted:
-                self.l_ok[row][col] += 1
-            if self.l_tried[row][col] >= DECAY_AT:
-                self.l_tried[row][col] //= 2
-                self.l_ok[row][col] //= 2
+                self.l_ok[lc] += 1
+            if self.l_tried[lc] >= DECAY_AT:
+                self.l_tried[lc] //= 2
+                self.l_ok[lc] //= 2
         if s > 0 and n_accepted >= m:
             acc = n_accepted - m
             for k in range(min(s, acc + 1)):  # the tokens reached: the accepted ones and the first miss
-                cls, eff = self.last_cells[k]
-                self.tried[cls][eff] += 1
+                cell = self.last_cells[k]
+                self.tried[cell] += 1
                 if k < acc:
-                    self.ok[cls][eff] += 1
-                if self.tried[cls][eff] >= DECAY_AT:
-                    self.tried[cls][eff] //= 2
-                    self.ok[cls][eff] //= 2
+                    self.ok[cell] += 1
+                if self.tried[cell] >= DECAY_AT:
+                    self.tried[cell] //= 2
+                    self.ok[cell] //= 2
         self.last_llama = self.last_suffix = 0
         if committed:
             self.history.extend(committed)
@@ -442,7 +541,7 @@ def hybrid_chunk_step(
     drafted = [out[-1]]
     draft(out, drafted, n_draft, NGRAM_MIN, NGRAM_MAX, context, dynamic, static)
     proposal = drafted[1:]
-    state.extend_draft(proposal, n_draft)
+    state.extend_draft(proposal, n_draft, None, static)
     return proposal
 
 

@@ -63,7 +63,7 @@ def replay(
             draft(out, drafted, n_draft, NGRAM_MIN, NGRAM_MAX, context, dynamic, static)
             proposal = drafted[1:]
             if state is not None:
-                state.extend_draft(proposal, n_draft)
+                state.extend_draft(proposal, n_draft, None, static)
             t_draft += time.perf_counter() - t0
             n_drafted += len(proposal)  # drafts past the chunk end count too
             t0 = time.perf_counter()
