@@ -23,6 +23,8 @@ HOT_MODULES = [
     "lookupdec/fast/_index.py",
     "lookupdec/fast/_legacy.py",
     "lookupdec/fast/_hybrid.py",
+    "lookupdec/fast/_request.py",
+    "lookupdec/fast/_rows.py",
     "lookupdec/build/_probe.py",
 ]
 REQUIRE = os.environ.get("LOOKUPDEC_REQUIRE_MYPYC") == "1"

@@ -26,7 +26,7 @@ import struct
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, cast
 
 from lookupdec._shared_file import merge_into_file
 from lookupdec.errors import RequestClosedError, VocabularyError
@@ -66,6 +66,19 @@ class PartSource(Protocol):
 DraftFunction = Callable[[Sequence[int], list[int], int, int, int, Any, Any, Any], None]
 
 
+class Tally:
+    """A Drafter's counters, updated by its requests (an implementation may give a compiled twin)."""
+
+    __slots__ = ("n_accept", "n_drafted", "open", "proposals", "requests")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.proposals = 0
+        self.n_drafted = 0
+        self.n_accept = 0
+        self.open = 0
+
+
 @dataclass(frozen=True)
 class Primitives:
     """One implementation's n-gram operations, as the lifecycle calls them."""
@@ -80,6 +93,11 @@ class Primitives:
     new_hybrid: Callable[[int | None], Any] | None = None
     """A fresh ``HybridState`` over a ``SuffixHistory`` of at most that many tokens (None: its
     default); None when the implementation has no hybrid policy."""
+    new_tally: Callable[[], Any] = Tally
+    """A fresh set of counters with :class:`Tally`'s fields (the one requests of ``new_request`` update)."""
+    new_request: Callable[[Drafter, Iterable[int]], Any] | None = None
+    """A request of the ``"llama"`` policy with :class:`Request`'s API (e.g. compiled with the
+    caches); None: :class:`Request`."""
 
 
 @dataclass(frozen=True)
@@ -206,8 +224,10 @@ class Drafter:
         self._draft = p.draft
         self._ngram_min = p.ngram_min
         self._ngram_max = p.ngram_max
-        self._requests = self._proposals = self._n_drafted = self._n_accept = 0
-        self._open = 0
+        self._tally = p.new_tally()
+        # The implementation's own request class, if any (the hybrid policy's bookkeeping is
+        # the shared Request's).
+        self._new_request = p.new_request if policy == "llama" else None
         # The hybrid policy's state (None for "llama"), the request whose tokens its history is
         # following, and the tokens of requests that ended while that one was open: they join
         # the history after it, so that a request's tokens stay contiguous there.
@@ -246,17 +266,21 @@ class Drafter:
 
         Use it as a context manager, or call :meth:`Request.end` when the generation is over.
         """
+        if self._new_request is not None:
+            # The implementation's request has Request's API (lookupdec.fast's is compiled).
+            return cast(Request, self._new_request(self, prompt))
         return Request(self, prompt)
 
     @property
     def stats(self) -> DrafterStats:
         """Counts over every request so far (a snapshot)."""
-        return DrafterStats(self._requests, self._proposals, self._n_drafted, self._n_accept)
+        t = self._tally
+        return DrafterStats(t.requests, t.proposals, t.n_drafted, t.n_accept)
 
     @property
     def open_requests(self) -> int:
         """Requests started and not yet ended."""
-        return self._open
+        return int(self._tally.open)
 
     @property
     def dynamic(self) -> Cache:
@@ -307,7 +331,7 @@ class Drafter:
         self._dynamic.merge(context)
         if self._added is not None:
             self._added.merge(context)
-        self._open -= 1
+        self._tally.open -= 1
 
     # --- the hybrid policy's history ----------------------------------------------------
 
@@ -341,8 +365,8 @@ class Drafter:
 
     def __repr__(self) -> str:
         return (
-            f"<{self.primitives.name}.Drafter n_draft={self.n_draft} policy={self.policy} open={self._open} "
-            f"requests={self._requests} dynamic={self._dynamic_path or 'memory'}>"
+            f"<{self.primitives.name}.Drafter n_draft={self.n_draft} policy={self.policy} open={self._tally.open} "
+            f"requests={self._tally.requests} dynamic={self._dynamic_path or 'memory'}>"
         )
 
 
@@ -385,8 +409,8 @@ class Request:
         """Tokens this request proposed."""
         self.n_accept = 0
         """Proposed tokens this request's ``extend`` calls confirmed."""
-        drafter._requests += 1
-        drafter._open += 1
+        drafter._tally.requests += 1
+        drafter._tally.open += 1
         if drafter._hybrid is not None and drafter._hybrid_owner is None:
             drafter._claim_history(self)
 
@@ -451,8 +475,9 @@ class Request:
         self._proposal = proposal
         self._matched = 0
         self.n_drafted += len(proposal)
-        d._proposals += 1
-        d._n_drafted += len(proposal)
+        tally = d._tally
+        tally.proposals += 1
+        tally.n_drafted += len(proposal)
         return proposal
 
     def extend(self, ids: Iterable[int]) -> None:
@@ -491,7 +516,7 @@ class Request:
                 matched += accepted
             self._matched = matched
             self.n_accept += accepted
-            d._n_accept += accepted
+            d._tally.n_accept += accepted
             if self._observing and (matched < 0 or matched == len(proposal)):
                 self._observe(confirmed + accepted)  # the verdict: how much of it was accepted
         tokens = self._tokens

@@ -18,6 +18,8 @@ HOT_MODULES = (
     "lookupdec.fast._index",
     "lookupdec.fast._hybrid",
     "lookupdec.fast._legacy",
+    "lookupdec.fast._request",
+    "lookupdec.fast._rows",
     "lookupdec.build._probe",
 )
 EXTENSION_SUFFIXES = (".so", ".pyd")

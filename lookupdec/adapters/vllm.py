@@ -33,7 +33,9 @@ import numpy as np
 
 import lookupdec
 
-_SIGNATURE = 4  # tokens compared at each end of the known history to recognize a request
+# The per-step row loop is compiled with the fast path (it calls any Drafter's requests, the
+# reference's too, through their methods; lookupdec.fast's natively).
+from lookupdec.fast._rows import RowTracker
 
 
 def drafter_from_env(n_draft: int) -> Any:
@@ -42,24 +44,6 @@ def drafter_from_env(n_draft: int) -> Any:
     dynamic = os.environ.get("LOOKUPDEC_DYNAMIC") or None
     policy = os.environ.get("LOOKUPDEC_POLICY") or "llama"
     return lookupdec.Drafter(static=static, dynamic=dynamic, n_draft=n_draft, policy=policy)
-
-
-def _as_list(ids: Any) -> list[int]:
-    if type(ids) is list:
-        return ids
-    tolist = getattr(ids, "tolist", None)
-    return list(tolist()) if tolist is not None else [int(t) for t in ids]
-
-
-def _continues(req: Any, known: int, first: int, mid: int, last: int) -> bool:
-    """True when ``req`` is a request of ``known`` tokens with these first, middle and last tokens.
-
-    Not the whole history: enough to tell requests apart, and O(1) per row.
-    """
-    tokens: list[int] = req.tokens
-    return (
-        len(tokens) == known and known > 0 and tokens[-1] == last and tokens[0] == first and tokens[known >> 1] == mid
-    )
 
 
 class LookupProposer:
@@ -85,7 +69,7 @@ class LookupProposer:
         """No draft goes past this many tokens in a request."""
         self.drafter = drafter if drafter is not None else drafter_from_env(self.k)
         """The :class:`lookupdec.Drafter` all requests share (``drafter.stats``, ``drafter.save()``)."""
-        self._rows: dict[int, Any] = {}  # batch row -> the request that was in it at the last step
+        self._tracker = RowTracker()  # which request is in which batch row
         if drafter is None and self.drafter.dynamic_path is not None:
             # vLLM has no shutdown hook for proposers: save the dynamic cache when the process exits.
             atexit.register(self.close)
@@ -107,58 +91,12 @@ class LookupProposer:
         row is prefilling); ``num_tokens_no_spec[i]``: how many tokens row i holds, those
         included; ``token_ids_cpu[i]``: the row's tokens (prompt and committed).
         """
-        previous = self._rows
-        unclaimed: dict[int, Any] = {id(req): req for req in previous.values()}
-        rows: dict[int, Any] = {}
-        committed: dict[int, list[int]] = {}
-        batch = [_as_list(s) for s in sampled_token_ids]
-        counts = _as_list(num_tokens_no_spec)[: len(batch)]
-        knowns = [int(n) - len(s) for n, s in zip(counts, batch, strict=True)]
-        # Each row's first, middle and last known token, gathered in three vectorized reads.
         ids = np.asarray(token_ids_cpu)
-        rows_ix = np.arange(len(batch))
-        known_ix = np.asarray(knowns, dtype=np.int64)
-        firsts = ids[rows_ix, 0].tolist()
-        mids = ids[rows_ix, known_ix >> 1].tolist()
-        lasts = ids[rows_ix, np.maximum(known_ix - 1, 0)].tolist()
-        # Pass 1: which request is in which row now.
-        for i, sampled in enumerate(batch):
-            known, sig = knowns[i], (firsts[i], mids[i], lasts[i])
-            req = previous.get(i)
-            if req is None or id(req) not in unclaimed or not _continues(req, known, *sig):
-                req = next((r for r in unclaimed.values() if _continues(r, known, *sig)), None)
-            if req is not None:
-                del unclaimed[id(req)]
-                rows[i] = req
-                committed[i] = sampled
-            elif sampled:
-                committed[i] = ids[i, : int(counts[i])].tolist()  # a new request: its whole history is the prompt
-        # Requests in no row have finished (or were preempted): merge them before drafting.
-        for req in unclaimed.values():
-            req.end()
-        # Pass 2: count what each row committed, then draft within the model's length budget.
-        drafts: list[list[int]] = []
-        for i, sampled in enumerate(batch):
-            new = committed.get(i)
-            if new is None:
-                drafts.append([])
-                continue
-            req = rows.get(i)
-            if req is None:
-                req = rows[i] = self.drafter.request(new)
-            elif new:
-                req.extend(new)
-            n = len(req.tokens)
-            k = min(self.k, self.max_model_len - n)
-            drafts.append(req.propose(k) if k > 0 and sampled else [])
-        self._rows = rows
-        return drafts
+        return self._tracker.step(self.drafter, sampled_token_ids, num_tokens_no_spec, ids, self.k, self.max_model_len)
 
     def end_all(self) -> None:
         """End every request still open (their contexts go into the dynamic cache)."""
-        for req in self._rows.values():
-            req.end()
-        self._rows = {}
+        self._tracker.end_all()
 
     def close(self) -> None:
         """End every open request and save the dynamic cache file, if the Drafter has one (locked merge)."""

@@ -11,7 +11,7 @@ of legacy files, streaming).
 
 from __future__ import annotations
 
-from lookupdec.fast import _core, _hybrid, _index, _legacy
+from lookupdec.fast import _core, _hybrid, _index, _legacy, _request, _rows
 from lookupdec.fast._core import (
     NGRAM_MAX,
     NGRAM_MIN,
@@ -36,7 +36,7 @@ def _is_extension(path: str | None) -> bool:
     return path is not None and path.endswith((".so", ".pyd"))
 
 
-COMPILED: bool = all(_is_extension(m.__file__) for m in (_core, _index, _hybrid, _legacy))
+COMPILED: bool = all(_is_extension(m.__file__) for m in (_core, _index, _hybrid, _legacy, _request, _rows))
 """True when the hot modules are mypyc-compiled extension modules (like black's check)."""
 
 __all__ = [

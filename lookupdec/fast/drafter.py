@@ -1,7 +1,8 @@
 """The fast path's :class:`Drafter`: the shared request lifecycle over the compiled caches.
 
-Plain Python (not compiled): the lifecycle only calls the compiled ``update``/``draft``/``merge``
-and, with ``policy="hybrid"``, the compiled ``HybridState``.
+Plain Python (not compiled): with ``policy="llama"`` the Drafter's requests are the compiled
+:class:`lookupdec.fast._request.Request` (the per-step bookkeeping in native code); with
+``policy="hybrid"`` they are the shared lifecycle's, calling the compiled ``HybridState``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from lookupdec import _lifecycle
 from lookupdec.fast._core import NGRAM_MAX, NGRAM_MIN, NgramCache, draft
 from lookupdec.fast._hybrid import HybridState, SuffixHistory
 from lookupdec.fast._index import load_static
+from lookupdec.fast._request import Tally, new_request
 
 
 def new_hybrid(max_tokens: int | None) -> HybridState:
@@ -21,7 +23,7 @@ class Drafter(_lifecycle.Drafter):
     """A request-level drafter over the fast path's caches (see :class:`lookupdec._lifecycle.Drafter`)."""
 
     primitives = _lifecycle.Primitives(
-        "fast", NgramCache, NgramCache.load, draft, load_static, NGRAM_MIN, NGRAM_MAX, new_hybrid
+        "fast", NgramCache, NgramCache.load, draft, load_static, NGRAM_MIN, NGRAM_MAX, new_hybrid, Tally, new_request
     )
 
 

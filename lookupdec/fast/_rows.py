@@ -1,0 +1,191 @@
+"""The vLLM adapter's per-step loop, compiled: which request is in which row, then extend and propose.
+
+vLLM calls its proposer once per step with the whole batch and names requests only by their
+row. ``lookupdec.adapters.vllm.LookupProposer`` hands each call to :class:`RowTracker`, which
+reads each row's first, middle and last known token (one vectorized NumPy read), recognizes
+the request of each row, ends the requests that left, and extends and drafts. Written in
+interpreted Python that bookkeeping cost about as much per row as the drafting itself; here it
+is native code, and a ``lookupdec.fast`` request is extended and asked to propose through
+native calls. Requests of any Drafter work (e.g. the reference's, or the fast one's with the
+hybrid policy): they are called through their Python methods.
+
+This module is compiled by mypyc (see ``setup.py``); it also runs unchanged as plain Python.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Final
+
+from librt.strings import BytesWriter, write_i64_be, write_i64_le
+from mypy_extensions import i64
+
+from lookupdec.fast._request import Request
+
+LITTLE_ENDIAN: Final = sys.byteorder == "little"
+
+
+def put_i64(w: BytesWriter, x: i64) -> None:
+    """Append ``x`` to ``w`` in the machine's byte order (what ``memoryview.cast("q")`` reads)."""
+    if LITTLE_ENDIAN:
+        write_i64_le(w, x)
+    else:
+        write_i64_be(w, x)
+
+
+def as_list(ids: Any) -> list[int]:
+    """``ids`` as a list of ints: a list itself, else its ``tolist()`` (NumPy) or its items."""
+    if type(ids) is list:
+        return ids
+    tolist = getattr(ids, "tolist", None)
+    return list(tolist()) if tolist is not None else [int(t) for t in ids]
+
+
+def as_lists(rows: Any) -> list[list[int]]:
+    """Each row of ``rows`` through :func:`as_list` (vLLM's sampled tokens: lists or arrays)."""
+    return [as_list(row) for row in rows]
+
+
+def tokens_of(req: Any) -> list[int]:
+    """The committed tokens of a request (natively for a compiled one)."""
+    if isinstance(req, Request):
+        return req._tokens
+    tokens: list[int] = req.tokens
+    return tokens
+
+
+def continues(req: Any, known: i64, first: int, mid: int, last: int) -> bool:
+    """True when ``req`` is a request of ``known`` tokens with these first, middle and last tokens.
+
+    Not the whole history: enough to tell requests apart, and O(1) per row.
+    """
+    tokens = tokens_of(req)
+    return (
+        len(tokens) == known and known > 0 and tokens[-1] == last and tokens[0] == first and tokens[known >> 1] == mid
+    )
+
+
+class RowTracker:
+    """The requests of vLLM's persistent batch by row, followed from step to step.
+
+    A row whose known tokens continue a request (same length, same first, middle and last
+    token) extends it, even from another row; a row that continues none starts a new request
+    with its whole history as the prompt; a request that appears in no row is ended (its
+    context merged into the dynamic cache) before anything is drafted in that step.
+    """
+
+    rows: list[Any]
+    """Batch row -> the request that was in it at the last step (None: an idle row)."""
+
+    def __init__(self) -> None:
+        self.rows = []
+
+    def step(
+        self, drafter: Any, sampled_token_ids: Any, num_tokens_no_spec: Any, token_ids: Any, k: int, max_model_len: int
+    ) -> list[list[int]]:
+        """One vLLM step: the drafts of every row (empty for a row that drafts nothing).
+
+        ``sampled_token_ids[i]``: the tokens row i committed in this step (empty while
+        prefilling); ``num_tokens_no_spec[i]``: how many tokens row i holds, those included;
+        ``token_ids``: a NumPy array whose row i holds the row's tokens.
+        """
+        batch = as_lists(sampled_token_ids)
+        n_rows = len(batch)
+        # Items typed as objects: mypyc would refuse a NumPy integer before int() converts it.
+        raw_counts: list[Any] = as_list(num_tokens_no_spec)[:n_rows]
+        counts = [int(n) for n in raw_counts]
+        if len(counts) != n_rows:
+            raise ValueError(f"num_tokens_no_spec has {len(counts)} rows, sampled_token_ids {n_rows}")
+        width: i64 = token_ids.shape[1] if n_rows else 0
+        # Each row's first, middle and last known token, in one vectorized read of the array
+        # (flat indices, 3 per row): reading it element by element is boxed generic code, and
+        # NumPy converts a list index item by item, but a buffer of int64 (a memoryview of the
+        # bytes written here natively, in the machine's byte order as format "q" reads) at once.
+        w = BytesWriter()
+        for i in range(n_rows):
+            known: i64 = counts[i] - len(batch[i])
+            if known > width:
+                raise ValueError(f"row {i} holds {known} known tokens, more than token_ids' {width} columns")
+            base = i * width
+            put_i64(w, base)
+            put_i64(w, base + (known >> 1 if known > 0 else 0))
+            put_i64(w, base + (known - 1 if known > 0 else 0))
+        signatures: list[int] = token_ids.take(memoryview(w.getvalue()).cast("q")).tolist() if n_rows else []
+        previous = self.rows
+        n_previous = len(previous)
+        # Lists by row, not dicts by request id: each request sits in one row of `previous`, so
+        # "claimed in this step" is a flag of that row (no hashing, no boxed ids per row).
+        claimed = [False] * n_previous
+        n_rows = len(batch)
+        found: list[Any] = [None] * n_rows  # the request of each row, None for a new or idle row
+        prompts: list[Any] = [None] * n_rows  # a new request's prompt: the row's whole history
+        # Pass 1: which request is in which row now (the row's own request first, else the first
+        # unclaimed one it continues, in row order of the last step).
+        for i in range(n_rows):
+            sampled = batch[i]
+            known = counts[i] - len(sampled)
+            first = signatures[3 * i]
+            mid = signatures[3 * i + 1]
+            last = signatures[3 * i + 2]
+            at: i64 = -1
+            if i < n_previous:
+                req = previous[i]
+                if req is not None and not claimed[i] and continues(req, known, first, mid, last):
+                    at = i
+            if at < 0:
+                for j in range(n_previous):
+                    r = previous[j]
+                    if r is not None and not claimed[j] and continues(r, known, first, mid, last):
+                        at = j
+                        break
+            if at >= 0:
+                claimed[at] = True
+                found[i] = previous[at]
+            elif sampled:
+                prompts[i] = token_ids[i, : counts[i]].tolist()
+        # Requests in no row have finished (or were preempted): merge them before drafting.
+        for j in range(n_previous):
+            r = previous[j]
+            if r is not None and not claimed[j]:
+                r.end()
+        # Pass 2: count what each row committed, then draft within the model's length budget.
+        # The isinstance branches let mypyc call a lookupdec.fast request natively; any other
+        # request (the reference's, the hybrid policy's) goes through its Python methods.
+        drafts: list[list[int]] = []
+        budget: i64 = k
+        limit: i64 = max_model_len
+        for i in range(n_rows):
+            sampled = batch[i]
+            req = found[i]
+            if req is None:
+                prompt = prompts[i]
+                if prompt is None:
+                    drafts.append([])
+                    continue
+                req = drafter.request(prompt)
+                found[i] = req
+            elif isinstance(req, Request):
+                if sampled:
+                    req.extend(sampled)
+            elif sampled:
+                req.extend(sampled)
+            room = limit - len(tokens_of(req))
+            n = budget if budget < room else room
+            if n <= 0 or not sampled:
+                drafts.append([])
+            elif isinstance(req, Request):
+                drafts.append(req.propose(n))
+            else:
+                drafts.append(req.propose(n))
+        self.rows = found
+        return drafts
+
+    def end_all(self) -> None:
+        """End every request still open (their contexts go into the dynamic cache)."""
+        for req in self.rows:
+            if req is not None:
+                req.end()
+        self.rows = []
+
+
+__all__ = ["RowTracker", "as_list", "as_lists", "continues"]
