@@ -21,6 +21,7 @@ from setuptools.command.build_ext import build_ext
 HOT_MODULES = [
     "lookupdec/fast/_core.py",
     "lookupdec/fast/_index.py",
+    "lookupdec/fast/_legacy.py",
     "lookupdec/fast/_hybrid.py",
     "lookupdec/fast/_request.py",
     "lookupdec/fast/_rows.py",

@@ -204,6 +204,8 @@ def saturate_counts(impl: ModuleType, cache: Any, path: str) -> Any:
     Merged counts can pass what any cache format holds (int32). The policy, the same for
     both implementations: saturate, warn once, write the file (``lookupdec merge`` exits 0).
     """
+    if cache.total_count <= INT32_MAX:
+        return cache  # no count can pass the sum of all counts (the fast path sums natively)
     n_over = sum(1 for _, part in cache.items() for c in part.values() if c > INT32_MAX)
     if not n_over:
         return cache

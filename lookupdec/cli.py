@@ -338,18 +338,35 @@ def cmd_merge(args: argparse.Namespace) -> int:
     check_output_path(args.output, args.inputs)  # before the work: not a device, not an input
     if args.format == "lookupdec" and _all_indexes(args.inputs):
         return _merge_indexes(args)
+    stream = getattr(impl, "merge_legacy_files", None)
+    if args.format == "llama" and stream is not None and _all_legacy(args.inputs):
+        # The fast path merges legacy files streaming, without building a cache: the same bytes.
+        n_keys, n_entries = stream(args.inputs, args.output)
+        _print_merged(args, n_keys, n_entries)
+        return EXIT_OK
     merged = impl.NgramCache()
     for path in args.inputs:
         merged.merge(load_cache(impl, path))
     merged = saturate_counts(impl, merged, args.output)
     write_cache(merged, args.output, args.format)
+    _print_merged(args, len(merged), merged.n_entries)
+    return EXIT_OK
+
+
+def _print_merged(args: argparse.Namespace, n_keys: int, n_entries: int) -> None:
+    """The summary line of ``lookupdec merge`` (unless ``-q``)."""
     if not args.quiet:
         print(
-            f"{args.output}: {args.format} cache, {len(merged):,} keys, {merged.n_entries:,} entries, "
+            f"{args.output}: {args.format} cache, {n_keys:,} keys, {n_entries:,} entries, "
             f"{_mb(os.path.getsize(args.output))}, merged from {len(args.inputs)} file"
             f"{'s' if len(args.inputs) != 1 else ''}"
         )
-    return EXIT_OK
+
+
+def _all_legacy(paths: Sequence[str]) -> bool:
+    from lookupdec.formats import detect_format
+
+    return all(detect_format(path) == "llama" for path in paths)
 
 
 def _all_indexes(paths: Sequence[str]) -> bool:

@@ -97,9 +97,13 @@ def tree_rss(pid: int) -> int:
 
 def run_create(corpus: Path, output: Path, extra: list[str]) -> tuple[float, int]:
     """Wall seconds and peak tree RSS (bytes) of one ``lookupdec create``."""
-    cmd = [sys.executable, "-m", "lookupdec", "create", str(corpus), "-o", str(output), "-q", *extra]
+    return run_measured([sys.executable, "-m", "lookupdec", "create", str(corpus), "-o", str(output), "-q", *extra])
+
+
+def run_measured(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[float, int]:
+    """Wall seconds and peak tree RSS (bytes) of running ``cmd``; exits if it fails."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd)
     peak = 0
     stop = threading.Event()
 

@@ -17,6 +17,7 @@ HOT_MODULES = (
     "lookupdec.fast._core",
     "lookupdec.fast._index",
     "lookupdec.fast._hybrid",
+    "lookupdec.fast._legacy",
     "lookupdec.fast._request",
     "lookupdec.fast._rows",
     "lookupdec.build._probe",

@@ -1,15 +1,17 @@
 """lookupdec's fast path: the same API as :mod:`lookupdec.reference`, compiled with mypyc.
 
 ``pip install`` compiles :mod:`lookupdec.fast._core` (cache, drafting, replay) and
-:mod:`lookupdec.fast._index` (the static index) to C extension modules (see ``setup.py``).
+:mod:`lookupdec.fast._index` (the static index) and :mod:`lookupdec.fast._legacy` (legacy cache
+files) to C extension modules (see ``setup.py``).
 Without a C compiler they run as plain Python, with identical results but slowly;
 :data:`COMPILED` says which. Beyond the reference's names this module adds
-:class:`StaticIndex` and :func:`load_static`.
+:class:`StaticIndex`, :func:`load_static` and :func:`merge_legacy_files` (``lookupdec merge``
+of legacy files, streaming).
 """
 
 from __future__ import annotations
 
-from lookupdec.fast import _core, _hybrid, _index, _request, _rows
+from lookupdec.fast import _core, _hybrid, _index, _legacy, _request, _rows
 from lookupdec.fast._core import (
     NGRAM_MAX,
     NGRAM_MIN,
@@ -22,6 +24,7 @@ from lookupdec.fast._core import (
 )
 from lookupdec.fast._hybrid import HybridState, SuffixHistory, replay
 from lookupdec.fast._index import StaticIndex, load_static
+from lookupdec.fast._legacy import merge_files as merge_legacy_files
 from lookupdec.fast.drafter import Drafter
 from lookupdec.result import ReplayResult
 
@@ -33,7 +36,7 @@ def _is_extension(path: str | None) -> bool:
     return path is not None and path.endswith((".so", ".pyd"))
 
 
-COMPILED: bool = all(_is_extension(m.__file__) for m in (_core, _index, _hybrid, _request, _rows))
+COMPILED: bool = all(_is_extension(m.__file__) for m in (_core, _index, _hybrid, _legacy, _request, _rows))
 """True when the hot modules are mypyc-compiled extension modules (like black's check)."""
 
 __all__ = [
@@ -53,5 +56,6 @@ __all__ = [
     "build_static",
     "draft",
     "load_static",
+    "merge_legacy_files",
     "replay",
 ]

@@ -25,15 +25,15 @@ from __future__ import annotations
 import operator
 import os
 import time
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, SupportsIndex, cast
 
-from librt.strings import BytesWriter, read_i32_le, write_i32_le
 from librt.vecs import append, vec
 from mypy_extensions import i32, i64
 
-from lookupdec.errors import CacheFormatError, TokenRangeError, warn_saturated
+from lookupdec.errors import TokenRangeError, warn_saturated
+from lookupdec.fast import _legacy
+from lookupdec.fast._legacy import filled_i32 as filled_i32  # re-exported: _index and _hybrid import it from here
 
 NGRAM_MIN: Final = 1
 """Smallest n-gram size drafting uses."""
@@ -144,17 +144,6 @@ def empty_slot(slots: vec[i32], h: i64, mask: i64) -> i64:
     while slots[h] >= 0:
         h = (h + 1) & mask
     return h
-
-
-def filled_i32(n: i64, value: i32) -> vec[i32]:
-    """A vec of ``n`` copies of ``value``."""
-    v = vec[i32](capacity=n)
-    # ``_i``, not ``_``: mypyc gives a variable named ``_`` the type object, so this loop boxed
-    # every index (a PyLong made and freed per element; through the rehashes, about half the
-    # instructions of a one-chunk replay, callgrind). Named, it is a native i64.
-    for _i in range(n):
-        v = append(v, value)
-    return v
 
 
 # Thresholds by index i = n - ngram_min (spec 3.1): minimum number of observations and the
@@ -605,6 +594,11 @@ class NgramCache(StaticSource):
         if other is self:
             # Merging into itself doubles every count; iterate over a copy so new nodes are not revisited.
             other = NgramCache.from_contents(self.contents())
+        if len(self._k0) == 0:
+            # Into an empty cache, a merge is a copy (same keys, followers and insertion order):
+            # copy the arrays and tables instead of probing for every key and follower.
+            self._copy_from(other)
+            return
         self._merge_native(other)
 
     def clear(self) -> None:
@@ -621,33 +615,50 @@ class NgramCache(StaticSource):
         """
         from lookupdec._atomic import atomic_writer
 
-        data, n_saturated = self._encode_legacy()
         with atomic_writer(path) as f:
-            f.write(data)
+            # Keys and followers ascending, as the reference writes them; native sorts, in pieces.
+            n_saturated = _legacy.encode(self._k0, self._k1, self._head, self._ntok, self._ncnt, self._nnext, f.write)
         # Compiled, this method has no Python frame: the caller is one level up, not two.
-        warn_saturated(path, n_saturated, stacklevel=1)
+        warn_saturated(path, int(n_saturated), stacklevel=1)
 
-    def _encode_legacy(self) -> tuple[bytes, int]:
-        """The legacy-format bytes (keys and followers ascending, as the reference) and the saturated count."""
-        w = BytesWriter()
-        n_saturated = 0
-        for kid in self._sorted_kids():
-            w0 = self._k0[kid]
-            w1 = self._k1[kid]
-            write_i32_le(w, i32(w0 >> 32))
-            write_i32_le(w, i32(wrap32(w0 & M32)))
-            write_i32_le(w, i32(w1 >> 32))
-            write_i32_le(w, i32(wrap32(w1 & M32)))
-            fol = self._sorted_followers(kid)
-            write_i32_le(w, i32(len(fol)))
-            for tok, cnt in fol:
-                c = i64(cnt)  # an i64 local: reassigning the boxed loop variable miscompiled (gave -1)
-                if c > INT32_MAX:  # merged counts can pass what the format holds: saturate
-                    c = INT32_MAX
-                    n_saturated += 1
-                write_i32_le(w, i32(tok))
-                write_i32_le(w, i32(c))
-        return w.getvalue(), n_saturated
+    def _copy_from(self, other: NgramCache) -> None:
+        """Make this cache an exact copy of ``other`` (arrays, tables and insertion order)."""
+        self._k0 = copy_i64(other._k0)
+        self._k1 = copy_i64(other._k1)
+        self._head = copy_i32(other._head)
+        self._tail = copy_i32(other._tail)
+        self._nfol = copy_i32(other._nfol)
+        self._sum = copy_i64(other._sum)
+        self._max = copy_i64(other._max)
+        self._best = copy_i32(other._best)
+        self._slots = copy_i32(other._slots)
+        self._smask = other._smask
+        self._ntok = copy_i32(other._ntok)
+        self._ncnt = copy_i64(other._ncnt)
+        self._nnext = copy_i32(other._nnext)
+        self._nkey = copy_i32(other._nkey)
+        self._pslots = copy_i32(other._pslots)
+        self._pmask = other._pmask
+        self._st_kid = -1
+
+    def _adopt(self, d: _legacy.Decoded) -> None:
+        """Take a decoded file's arrays as this (empty) cache's, then build both hash tables once."""
+        self._k0 = d.k0
+        self._k1 = d.k1
+        self._head = d.head
+        self._tail = d.tail
+        self._nfol = d.nfol
+        self._sum = d.ksum
+        self._max = d.kmax
+        self._best = d.best
+        self._ntok = d.ntok
+        self._ncnt = d.ncnt
+        self._nnext = d.nnext
+        self._nkey = d.nkey
+        # The sizes incremental inserts reach: the smallest power of two >= 2 * entries.
+        self._rehash_keys(table_size(i64(len(d.k0))))
+        self._rehash_pairs(table_size(i64(len(d.ntok))))
+        self._st_kid = -1
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, strict: bool = False) -> NgramCache:
@@ -690,9 +701,8 @@ class NgramCache(StaticSource):
 
     def _sorted_kids(self) -> list[int]:
         """Key ordinals ordered by key (signed slot-wise, as tuples sort)."""
-        order = [(unpack_key(self._k0[kid], self._k1[kid]), kid) for kid in range(len(self._k0))]
-        order.sort()
-        return [kid for _, kid in order]
+        order = _legacy.key_order(self._k0, self._k1)  # native: a tuple per key made this slow
+        return [int(order[i]) for i in range(len(order))]
 
     def _sorted_followers(self, kid: i64) -> list[tuple[int, int]]:
         """(token, count) pairs of key ``kid``, ascending by token."""
@@ -783,45 +793,34 @@ def rebuild_cache(items: list[tuple[Key, list[tuple[int, int]]]]) -> NgramCache:
 def parse_legacy(data: bytes, path: str | os.PathLike[str], strict: bool) -> NgramCache:
     """Decode a legacy cache file exactly like the reference's ``parse_legacy`` (same errors)."""
     cache = NgramCache()
-    size = i64(len(data))
-    off: i64 = 0
-    while size - off >= 16:
-        t0 = read_i32_le(data, off)
-        t1 = read_i32_le(data, off + 4)
-        t2 = read_i32_le(data, off + 8)
-        t3 = read_i32_le(data, off + 12)
-        off += 16
-        if size - off < 4:
-            raise CacheFormatError(path, "record cut short: the follower count (ntokens) is missing", int(off))
-        ntokens = i64(read_i32_le(data, off))
-        if ntokens <= 0:
-            raise CacheFormatError(path, f"record has ntokens = {ntokens}, must be > 0", int(off))
-        off += 4
-        if size - off < ntokens * 8:
-            raise CacheFormatError(
-                path,
-                f"record cut short: ntokens = {ntokens} needs {ntokens * 8} bytes, {size - off} left",
-                int(off),
-            )
-        w0 = pack(t0, t1)
-        w1 = pack(t2, t3)
-        # A repeated key: the first record wins (map emplace); its later records are still validated.
-        keep = cache._find(w0, w1) < 0
-        kid = cache._intern(w0, w1) if keep else -1
-        for _ in range(ntokens):
-            tok = read_i32_le(data, off)
-            cnt = i64(read_i32_le(data, off + 4))
-            if cnt <= 0:
-                raise CacheFormatError(path, f"follower {tok} has count {cnt}, must be > 0", int(off + 4))
-            if keep and cache._pair_find(kid, tok) < 0:  # a repeated follower: the first count wins
-                cache._bump(kid, tok, cnt)
-            off += 8
-    if off != size:
-        message = f"{size - off} trailing bytes, too few for a record"
-        if strict:
-            raise CacheFormatError(path, message, int(off))
-        warnings.warn(f"{os.fspath(path)}: {message} at byte offset {off}; ignored as llama.cpp does", stacklevel=3)
+    # decode checks every record first, then builds the arrays in one pass; the tables are
+    # built once at the end (inserting key by key probed for every key and follower).
+    cache._adopt(_legacy.decode(data, path, strict, 3))
     return cache
+
+
+def table_size(n: i64) -> i64:
+    """The open-addressing table size for ``n`` entries: a power of two >= 2n, at least INITIAL_SLOTS."""
+    size = INITIAL_SLOTS
+    while size < 2 * n:
+        size *= 2
+    return size
+
+
+def copy_i64(v: vec[i64]) -> vec[i64]:
+    """A copy of ``v`` (vecs share their buffer when assigned)."""
+    out = vec[i64](capacity=len(v))
+    for i in range(len(v)):
+        out = append(out, v[i])
+    return out
+
+
+def copy_i32(v: vec[i32]) -> vec[i32]:
+    """A copy of ``v`` (vecs share their buffer when assigned)."""
+    out = vec[i32](capacity=len(v))
+    for i in range(len(v)):
+        out = append(out, v[i])
+    return out
 
 
 # --- drafting (spec 3, 4, 5, 9, 10) ----------------------------------------------------
