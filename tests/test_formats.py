@@ -13,7 +13,7 @@ from typing import Any
 
 import fastconstmap
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from lookupdec import formats
@@ -835,15 +835,21 @@ def test_readers_draft_like_the_cache(tmp_path: Path) -> None:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(contents=static_contents())
+@example(contents=[((-2, -2, -1, -1), [(-2, 1)])])  # found by hypothesis: every id below -1
 def test_max_token_id_every_format(tmp_path: Path, contents: Contents) -> None:
     # Expected from the contents as written (keys' two tokens, followers), not from the reader.
-    keys_top = max((t for (a, b, _, _), _ in contents for t in (a, b)), default=-1)
-    followers_top = max((t for _, f in contents for t, _ in f), default=-1)
+    # The largest id written, -1 only when nothing is (ids below -1 can be written: the contents
+    # strategy makes them, and the largest of them is what the file holds).
+    key_ids = [t for (a, b, _, _), _ in contents for t in (a, b)]
+    follower_ids = [t for _, f in contents for t, _ in f]
     for fmt in FORMATS:
         p = tmp_path / f"m.{fmt}"
         write_static(contents, p, fmt)
-        # fork v1 has no key table: only followers are there to read.
-        want = followers_top if fmt == "fork-v1" else max(keys_top, followers_top, -1)
+        # fork v1 has no key table: only followers are there to read. A legacy file writes all
+        # four slots of a 2-gram key, the last two as -1, and every slot counts.
+        ids = follower_ids if fmt == "fork-v1" else key_ids + follower_ids
+        pads = [-1] if fmt == "llama" and contents else []
+        want = max(ids + pads, default=-1)
         assert formats.max_token_id(p) == want, fmt
     # A legacy dynamic cache holds 1..4-gram keys: every slot counts.
     p = tmp_path / "d.bin"
