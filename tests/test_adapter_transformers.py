@@ -14,21 +14,34 @@ import pytest
 
 import lookupdec
 
-if os.environ.get("LOOKUPDEC_REQUIRE_TRANSFORMERS") == "1":
-    # .ci/run installs the engine: there a missing or broken import is a failure, not a skip.
-    # (Any, as importorskip gives below: the tests pass plain tensors where stubs want LongTensor.)
-    torch: Any = importlib.import_module("torch")
-    importlib.import_module("transformers")
-else:
-    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
-    pytest.importorskip("transformers", reason="transformers is not installed (pip install 'lookupdec[transformers]')")
+# Importing torch and transformers takes about 7 s: the fixtures below pay it in a worker that
+# runs these tests, not at collection, which every pytest-xdist worker does.
 
-from lookupdec.adapters.transformers import LookupCandidateGenerator, lookup_generate
+
+@pytest.fixture(scope="module")
+def torch() -> Any:
+    """The torch module, imported on first use (the engine is heavy to import)."""
+    if os.environ.get("LOOKUPDEC_REQUIRE_TRANSFORMERS") == "1":
+        # .ci/run installs the engine: there a missing or broken import is a failure, not a skip.
+        # (Any, as importorskip gives below: the tests pass plain tensors where stubs want LongTensor.)
+        module: Any = importlib.import_module("torch")
+        importlib.import_module("transformers")
+        return module
+    module = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install 'lookupdec[transformers]')")
+    return module
+
+
+@pytest.fixture(scope="module")
+def adapter(torch: Any) -> Any:
+    """lookupdec.adapters.transformers (it imports torch and transformers)."""
+    return importlib.import_module("lookupdec.adapters.transformers")
+
 
 PROMPT = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7, 9, 10, 5, 6]
 
 
-def tiny_model(seed: int = 0, eos: int | None = None) -> Any:
+def tiny_model(torch: Any, seed: int = 0, eos: int | None = None) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -53,8 +66,11 @@ def tiny_model(seed: int = 0, eos: int | None = None) -> Any:
 @pytest.mark.parametrize("impl", ["reference", "fast"])
 @pytest.mark.parametrize("seed", [0])
 @pytest.mark.parametrize("policy", ["llama", "hybrid"])
-def test_greedy_output_identical_and_drafts_counted(impl: str, seed: int, policy: str) -> None:
-    model = tiny_model(seed)
+def test_greedy_output_identical_and_drafts_counted(
+    torch: Any, adapter: Any, impl: str, seed: int, policy: str
+) -> None:
+    lookup_generate = adapter.lookup_generate
+    model = tiny_model(torch, seed)
     prompt = torch.tensor([PROMPT])
     plain = model.generate(prompt, max_new_tokens=48, do_sample=False)
     drafter = lookupdec.implementation(impl).Drafter(n_draft=4, policy=policy)
@@ -74,8 +90,9 @@ def test_greedy_output_identical_and_drafts_counted(impl: str, seed: int, policy
 
 
 @pytest.mark.slow
-def test_batch_size_above_one_is_refused() -> None:
-    model = tiny_model()
+def test_batch_size_above_one_is_refused(torch: Any, adapter: Any) -> None:
+    lookup_generate = adapter.lookup_generate
+    model = tiny_model(torch)
     batch = torch.tensor([PROMPT, PROMPT])
     with pytest.raises(ValueError, match="batch size 1"):
         model.generate(batch, max_new_tokens=4, custom_generate=lookup_generate, drafter=lookupdec.Drafter())
@@ -83,7 +100,8 @@ def test_batch_size_above_one_is_refused() -> None:
         model.generate(torch.tensor([PROMPT]), max_new_tokens=4, custom_generate=lookup_generate)
 
 
-def test_candidates_cut_at_eos_and_max_length() -> None:
+def test_candidates_cut_at_eos_and_max_length(torch: Any, adapter: Any) -> None:
+    LookupCandidateGenerator = adapter.LookupCandidateGenerator
     drafter = lookupdec.Drafter(n_draft=8)
     ids = torch.tensor([[1, 2, 3, 4, 1, 2, 3, 4, 1, 2]])
     free = LookupCandidateGenerator(drafter)
@@ -100,7 +118,8 @@ def test_candidates_cut_at_eos_and_max_length() -> None:
     assert drafter.stats.n_drafted == 8 + 2 + 3
 
 
-def test_generator_follows_the_sequence() -> None:
+def test_generator_follows_the_sequence(torch: Any, adapter: Any) -> None:
+    LookupCandidateGenerator = adapter.LookupCandidateGenerator
     drafter = lookupdec.Drafter(n_draft=2)
     gen = LookupCandidateGenerator(drafter)
     gen.get_candidates(torch.tensor([[1, 2, 1, 2, 1]]))  # proposes [2, 1]
