@@ -15,9 +15,10 @@ import lookupdec
 from lookupdec._lifecycle import DrafterStats
 from lookupdec.errors import CountSaturationWarning, RequestClosedError, VocabularyError
 from lookupdec.formats import write_static
+from tests.conftest import DEMO_DATA
 from tests.impls import FastImpl, ImplTests, ReferenceImpl
 
-DATA = Path(lookupdec.__file__).parent / "data"
+DATA = DEMO_DATA
 N_CTX = 512
 N_CHUNKS = 4
 

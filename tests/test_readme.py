@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-import lookupdec
+from tests.conftest import DEMO_DATA
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 # The package's own copy, so the test also runs against an installed wheel (.ci/test_installed.py).
-DEMO = Path(lookupdec.__file__).resolve().parent / "data"
+DEMO = DEMO_DATA
 # The README's sample-data names -> the shipped demo files that stand in for them.
 STAND_INS = {
     "enwiki_wt.10M.llama3.bin": DEMO / "enwiki_wt.demo.llama3.bin",
