@@ -18,7 +18,8 @@ Peers (``--peers``, comma-separated):
   n = 2..5, reimplemented (vLLM is not a dependency; :class:`VllmNgram` says what it follows);
 - ``suffix``, ``suffix+corpus``: SuffixDecoding, Arctic Inference's own ``SuffixDecodingCache``
   (its defaults, ``max_spec_tokens=k``), driven as its ``simulator.py`` drives it; ``+corpus``
-  first adds the static corpus as one earlier response. Needs the ``arctic_inference.suffix_decoding``
+  first adds the static corpus as one earlier response; ``suffix4``, ``suffix4+corpus`` (only when
+  asked for) the same with ``max_spec_factor=4``. Needs the ``arctic_inference.suffix_decoding``
   extension on ``PYTHONPATH`` (perf/README.md, "Peers": how to build it).
 
 A peer whose package is not importable is skipped with a message.
@@ -47,6 +48,9 @@ ProgressCallback = Callable[[int, int], None]
 """Called as ``progress(tokens_done, tokens_total)`` after every chunk."""
 
 PEERS = ("llama", "hf", "vllm", "vllm25", "suffix", "suffix+corpus")
+"""The issue's table, the default ``--peers``."""
+EXTRA_PEERS = ("suffix4", "suffix4+corpus")
+"""Only on request: SuffixDecoding with ``max_spec_factor=4`` (the issue's "length factor of 4")."""
 SETS = ("wikitext", "heldout")
 # Large enough that an engine's own length limit never cuts a draft: the lookup-stats protocol
 # counts drafts past the chunk end, and a request's model context is not the chunk.
@@ -133,6 +137,10 @@ def replay_peer(
 
 class HFPromptLookup:
     """Hugging Face prompt lookup: transformers' own ``PromptLookupCandidateGenerator.get_candidates``.
+
+    (``transformers/generation/candidate_generator.py``, transformers 5.24.0: for n from
+    ``max_matching_ngram_size`` down to 1, the leftmost earlier occurrence of the last n tokens
+    that has a continuation; up to ``num_output_tokens`` tokens after it.)
 
     Its call contract needs only the ``(1, length)`` token tensor (no model): it returns the
     input with the candidates appended. The request's tokens live in one preallocated tensor
@@ -340,7 +348,11 @@ def make_drafter(peer: str, corpus: list[int]) -> PeerDrafter:
         return SuffixDecoding(N_DRAFT, N_CTX)
     if peer == "suffix+corpus":
         return SuffixDecoding(N_DRAFT, N_CTX, corpus)
-    raise ValueError(f"unknown peer {peer!r} (known: {', '.join(PEERS)})")
+    if peer == "suffix4":
+        return SuffixDecoding(N_DRAFT, N_CTX, max_spec_factor=4.0)
+    if peer == "suffix4+corpus":
+        return SuffixDecoding(N_DRAFT, N_CTX, corpus, max_spec_factor=4.0)
+    raise ValueError(f"unknown peer {peer!r} (known: {', '.join(PEERS + EXTRA_PEERS)})")
 
 
 def row(set_name: str, peer: str, r: ReplayResult, setup_s: float) -> dict[str, Any]:
@@ -362,15 +374,19 @@ def row(set_name: str, peer: str, r: ReplayResult, setup_s: float) -> dict[str, 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m perf.peers", description=__doc__.split("\n\n")[0])
     p.add_argument("--sets", default=",".join(SETS), help="comma-separated: " + ", ".join(SETS))
-    p.add_argument("--peers", default=",".join(PEERS), help="comma-separated: " + ", ".join(PEERS))
+    p.add_argument(
+        "--peers",
+        default=",".join(PEERS),
+        help="comma-separated: " + ", ".join(PEERS + EXTRA_PEERS) + " (default: the first six)",
+    )
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--cache-dir", metavar="DIR", help="where llama's static index files are kept (default: a temp dir)")
     args = p.parse_args(argv)
     peers = [x for x in args.peers.split(",") if x]
     sets = [x for x in args.sets.split(",") if x]
     for peer in peers:
-        if peer not in PEERS:
-            p.error(f"unknown peer {peer!r} (known: {', '.join(PEERS)})")
+        if peer not in PEERS + EXTRA_PEERS:
+            p.error(f"unknown peer {peer!r} (known: {', '.join(PEERS + EXTRA_PEERS)})")
     for s in sets:
         if s not in SETS:
             p.error(f"unknown set {s!r} (known: {', '.join(SETS)})")
