@@ -40,7 +40,7 @@ def no_mapped_bytes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-@pytest.mark.parametrize("size", [1, 31, 4095, 4096, 4097, 3 * 4096, 3 * 4096 + 17])
+@pytest.mark.parametrize("size", [1, 31, 4095, 4096, 4097, 3 * 4096, 3 * 4096 + 17, 2 << 20, (2 << 20) + 5])
 def test_view_is_the_file(tmp_path: Path, size: int) -> None:
     """Sizes around page boundaries: same bytes, same length, a NUL after the data, usable as bytes."""
     data = os.urandom(size)
@@ -55,6 +55,10 @@ def test_view_is_the_file(tmp_path: Path, size: int) -> None:
     assert view + b"x" == data + b"x"
     with pytest.raises(TypeError):
         view[0] = 1  # type: ignore[index]
+    start = id(view) + bytes.__basicsize__ - 1  # the data's address (CPython)
+    assert start % (2 << 20 if size >= 2 << 20 else 4096) == 0  # huge-page aligned when big enough
+    mb.prefetch()  # MADV_WILLNEED: a hint, nothing changes
+    assert view == data
     del view
     assert mb.close()  # nothing else references it: unmapped at once
 

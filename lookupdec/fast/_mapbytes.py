@@ -33,6 +33,11 @@ import sysconfig
 from typing import Final
 
 _PAGE: Final = mmap.PAGESIZE
+# Files of at least this size are mapped at an address that is a multiple of it, so the
+# kernel can map the page cache's 2 MiB folios with one huge-page entry each (FilePmdMapped
+# in /proc/self/smaps; no madvise needed on Linux 6.x): fewer TLB misses on random lookups.
+_HUGE: Final = 2 << 20
+_SYNC_PREFETCH: Final = 64 << 20  # smaller files: MADV_WILLNEED inline (about 0.3 ms), no thread
 _MAP_FIXED: Final = 0x10  # Linux (asm-generic); the mmap module does not export it
 _MAP_FAILED: Final = ctypes.c_void_p(-1).value
 # The reference count the object is born with: far from 0 and below 2**31 (CPython 3.12+
@@ -114,18 +119,36 @@ def supported() -> bool:
 class MappedBytes:
     """A read-only shared mapping of a whole file, exposed as :attr:`data` (a ``bytes``)."""
 
-    def __init__(self, base: int, length: int, size: int) -> None:
+    def __init__(self, base: int, length: int, start: int, size: int) -> None:
         self._base = base
         self._length = length
+        self._start = start  # address of the file's first byte
         self.size = size
-        self._obj = base + _PAGE - _HEAD
+        self._obj = start - _HEAD
         self.data: bytes = _as_object(self._obj)
 
     def advise(self, advice: int) -> bool:
         """``madvise`` the file's pages (e.g. ``mmap.MADV_WILLNEED``); False if refused."""
         if _LIBC is None or not self._base:
             return False
-        return bool(_LIBC.madvise(self._base + _PAGE, max(self.size, 1), advice) == 0)
+        return bool(_LIBC.madvise(self._start, max(self.size, 1), advice) == 0)
+
+    def prefetch(self) -> None:
+        """Ask the kernel to read the whole file into the page cache, in a background thread.
+
+        ``MADV_WILLNEED`` starts readahead without waiting for it, but walking the page cache
+        of a large file still takes milliseconds (~0.16 ms for 33 MB when cached), so opening
+        does not wait for it. Lookups that come first fault their pages in as usual.
+        """
+        import threading
+
+        advice = getattr(mmap, "MADV_WILLNEED", None)
+        if advice is None:
+            return
+        if self.size < _SYNC_PREFETCH:
+            self.advise(advice)  # cheaper than starting a thread
+            return
+        threading.Thread(target=self.advise, args=(advice,), name="lookupdec-prefetch", daemon=True).start()
 
     def close(self) -> bool:
         """Drop :attr:`data`; unmap now if nothing else references it (True), else later (False)."""
@@ -160,17 +183,20 @@ def map_bytes(fd: int, size: int) -> MappedBytes | None:
     _sweep()
     assert _LIBC is not None
     # One header page, the file, and at least one byte more (zero) for the NUL that ``bytes``
-    # data always ends with: reserved anonymous first, then the file mapped over its middle.
-    length = _PAGE + (size + 1 + _PAGE - 1) // _PAGE * _PAGE
+    # data always ends with: reserved anonymous first (with room to align the file's start),
+    # then the file mapped over it. Untouched reserved pages cost address space only.
+    align = _HUGE if size >= _HUGE else _PAGE
+    length = _PAGE + (size + 1 + _PAGE - 1) // _PAGE * _PAGE + (align - _PAGE)
     rw = mmap.PROT_READ | mmap.PROT_WRITE
     base = _LIBC.mmap(None, length, rw, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
     if base is None or base == _MAP_FAILED:
         e = ctypes.get_errno()
         raise OSError(e, f"mmap of {length} anonymous bytes: {os.strerror(e)}")
-    got = _LIBC.mmap(base + _PAGE, size, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, 0)
-    if got != base + _PAGE:
+    start = (base + _PAGE + align - 1) // align * align
+    got = _LIBC.mmap(start, size, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, 0)
+    if got != start:
         e = ctypes.get_errno()
         _LIBC.munmap(base, length)
         raise OSError(e, f"mmap of the file ({size} bytes): {os.strerror(e)}")
-    _write_header(base + _PAGE - _HEAD, size)
-    return MappedBytes(base, length, size)
+    _write_header(start - _HEAD, size)
+    return MappedBytes(base, length, start, size)
