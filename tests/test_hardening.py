@@ -452,3 +452,16 @@ def test_every_int32_of_an_index_body_refused_or_same_counts(tmp_path: Path) -> 
             assert outcomes[0] == outcomes[1] == outcomes[2] == outcomes[3], (offset, value, outcomes)
             seen[outcomes[0][0]] += 1
     assert seen["error"] and seen["ok"]  # both outcomes happen: the test exercises the checks
+
+
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_a_part_that_fails_its_check_fails_every_time(tmp_path: Path, in_memory: bool) -> None:
+    """The fast path remembers looked-up parts (a memo of recent 2-grams): never one that failed."""
+    path = tmp_path / "x.lkdc"
+    make_index(path)
+    _corrupt_count(path)
+    static = fast_impl().load_static(path, in_memory=in_memory)
+    for _ in range(2):
+        with pytest.raises(CacheFormatError, match="count 0"):
+            fast_impl().replay(CORPUS * 3, 8, 4, static, fast_impl().NgramCache())
+    static.close()

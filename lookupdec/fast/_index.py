@@ -65,6 +65,10 @@ MUL_LO: Final[i64] = 0x7F4A7C15
 # (so its memory stays bounded whatever the file size; a part that does not fit is re-sliced).
 MEMO_BITS: Final[i64] = 16
 MEMO_BUDGET: Final[i64] = 32 << 20
+# The direct-mode memo (file read as one bytes): 2**DMEMO_BITS entries of 4 words, 256 KiB,
+# small enough to stay in the L2 cache. A hit costs one cache line instead of the three random
+# lines of the file (slot, key, start) that _find and _span read, most often TLB misses too.
+DMEMO_BITS: Final[i64] = 13
 
 
 def mul32(a: i64, b: i64) -> tuple[i64, i64]:
@@ -307,6 +311,7 @@ class StaticIndex(StaticSource):
     _memo_bc: list[bytes]
     _memo_bytes: i64
     _checked: vec[i64]
+    _dmemo: vec[i64]
 
     def __init__(
         self,
@@ -370,6 +375,7 @@ class StaticIndex(StaticSource):
         self._o_tokens = h.tokens_offset
         self._o_counts = h.counts_offset
         self._checked = vec[i64]()
+        self._dmemo = vec[i64]()  # allocated on the first lookup: opening stays O(1)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, in_memory: bool = False) -> StaticIndex:
@@ -545,32 +551,43 @@ class StaticIndex(StaticSource):
         """Select the part of the 2-gram (a, b); True when it has followers."""
         if not self._direct:
             return self._st_begin_mmap(a, b)
+        # The memo: entry j holds (key, ordinal + 2 or 1 for an absent key or 0 for empty,
+        # start, n). An entry is written only after the key's part passed _check_part, so a
+        # hit needs no check; the pick is read from the file when drafting asks (_st_pick).
+        dm = self._dmemo
+        if len(dm) == 0:
+            dm = filled_i64(4 << DMEMO_BITS, 0)
+            self._dmemo = dm
+        k = pack(a, b)
+        j = static_slot(a, b, DMEMO_BITS) << 2
+        v = dm[j + 1]
+        if v != 0 and dm[j] == k:
+            if v == 1:
+                self._cn = 0
+                return False
+            self._co = v - 2
+            self._set_part(dm[j + 2], dm[j + 3])
+            return True
         o = self._find(a, b)
         self._co = o
         if o < 0:
+            dm[j] = k
+            dm[j + 1] = 1
             self._cn = 0
             return False
-        if self._is_checked(o):
-            # Its span and pick passed _check_part before, so they are read only when drafting
-            # asks (_st_count, _st_pick): two random cache lines of the file fewer per lookup
-            # that the draft does not use. -1 marks the span as not read yet.
-            self._cn = -1
-            return True
-        s, e = self._span(o)  # the first lookup of this key: checked now, as the reference does
-        self._set_part(s, e)
+        s, e = self._span(o)  # checked on the key's first lookup, as the reference does
+        dm[j] = k  # only now: a part that failed its check raised above and is not remembered
+        dm[j + 1] = o + 2
+        dm[j + 2] = s
+        dm[j + 3] = e - s
+        self._set_part(s, e - s)
         return e > s
 
-    def _set_part(self, s: i64, e: i64) -> None:
-        """Select entries ``s..e-1`` as the current part (direct mode)."""
-        self._cn = e - s
+    def _set_part(self, s: i64, n: i64) -> None:
+        """Select the ``n`` entries from ``s`` as the current part (direct mode)."""
+        self._cn = n
         self._ct = self._o_tokens + 4 * s
         self._cc = self._o_counts + 4 * s
-
-    def _read_span(self) -> i64:
-        """Read the deferred span of the current key (direct mode; checked on its first lookup)."""
-        off = self._o_starts + 8 * self._co
-        self._set_part(read_i64_le(self._buf, off), read_i64_le(self._buf, off + 8))
-        return self._cn
 
     def _alloc_memo(self) -> None:
         """Allocate the mmap-mode memo (empty entries)."""
@@ -640,10 +657,8 @@ class StaticIndex(StaticSource):
     def _st_count(self, tok: i32) -> i64:
         """Count of ``tok`` in the selected part (binary search), ABSENT if not there."""
         n = self._cn
-        if n <= 0:
-            if n == 0:
-                return ABSENT
-            n = self._read_span()
+        if n == 0:
+            return ABSENT
         bt = self._bt
         ct = self._ct
         lo: i64 = 0
@@ -780,6 +795,7 @@ class StaticIndex(StaticSource):
         self._memo_bt = []
         self._memo_bc = []
         self._memo_bytes = 0
+        self._dmemo = vec[i64]()
         if mm is not None:
             mm.close()
         if self.in_memory:
