@@ -83,6 +83,12 @@ def stats_runs(index: str, replay: Path, trees: list[str], rounds: int) -> list[
     return rows
 
 
+def in_process_result(result: dict[str, object]) -> dict[str, dict[str, float]]:
+    got = result["in_process"]
+    assert isinstance(got, dict)
+    return got
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", help="folder with the replay and static token files (default: shared data)")
@@ -102,12 +108,13 @@ def main() -> None:
                 [sys.executable, "-m", "lookupdec", "create", "--tokens", str(corpus), "-o", index, "-q"],
                 env=dict(os.environ, PYTHONPATH=here), check=True,
             )  # fmt: skip
-        result = {"in_process": in_process(index, replay, args.passes)}
-        for mode, r in result["in_process"].items():
+        # The stats processes first: a child's ru_maxrss starts from its parent's peak (Linux
+        # keeps the larger across fork and exec), so the parent must not have replayed yet.
+        rows = stats_runs(index, replay, [here, *args.tree], args.rounds)
+        result: dict[str, object] = {"stats": rows, "in_process": in_process(index, replay, args.passes)}
+        for mode, r in in_process_result(result).items():
             cpu, wall = r["cpu_us_per_drafted"], r["us_per_drafted"]
             print(f"in-process {mode:7s} cpu {cpu:.3f}  t_draft {wall:.3f} µs/drafted")
-        rows = stats_runs(index, replay, [here, *args.tree], args.rounds)
-    result["stats"] = rows  # type: ignore[assignment]
     for tree in [here, *args.tree]:
         for mode in ("none", "mapped", "loaded"):
             sel = [r for r in rows if r["tree"] == tree and r["mode"] == mode]
