@@ -630,6 +630,23 @@ def test_python_m_error_has_no_traceback(tmp_path: Path) -> None:
     )
 
 
+def test_python_m_stats_reads_a_raw_replay_without_numpy(files: dict[str, str]) -> None:
+    """The replay's peak RSS (issue 10 item 4): numpy (~11 MB) stays out of ``stats`` on a raw token file."""
+    code = (
+        "import runpy, sys; sys.argv = ['lookupdec', 'stats', sys.argv[1], '-c', '256', '--n-draft', '3', '--json']\n"
+        "try:\n    runpy.run_module('lookupdec', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "print('numpy' in sys.modules)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, files["replay"]], capture_output=True, text=True, env=_subprocess_env()
+    )
+    assert proc.returncode == 0, proc.stderr
+    stats_line, numpy_line = proc.stdout.splitlines()
+    assert json.loads(stats_line)["n_drafted"] == 2619  # as test_python_m_stats
+    assert numpy_line == "False"
+
+
 def test_python_m_stats(files: dict[str, str]) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "lookupdec", "stats", files["replay"], "-c", "256", "--n-draft", "3"],

@@ -27,6 +27,7 @@ from __future__ import annotations
 import operator
 import os
 import time
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, SupportsIndex, cast
 
@@ -190,6 +191,10 @@ def as_i32(x: object, tokens: Sequence[object], lo: int) -> i32:
 
 def to_vec(tokens: Sequence[object], lo: int = 0) -> vec[i32]:
     """``tokens[lo:]`` as a vec[i32]; :class:`TokenRangeError` (reference message) if an id does not fit."""
+    if isinstance(tokens, array) and tokens.typecode == "i" and tokens.itemsize == 4:
+        # Already int32 (``lookupdec stats`` reads a raw token file so, see lookupdec._rawids):
+        # vec's constructor copies a buffer of the same item format with one memcpy.
+        return vec[i32](tokens[lo:] if lo > 0 else tokens)
     n = len(tokens)
     v = vec[i32](capacity=max(n - lo, 0))
     if isinstance(tokens, list):
