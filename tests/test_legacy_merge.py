@@ -177,7 +177,7 @@ def test_save_load_many_keys_equals_reference(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("n", [0, 1, 10, 4096, 4097, 30000])
-@pytest.mark.parametrize("layout", ["random", "sorted", "sorted-prefix", "reversed"])
+@pytest.mark.parametrize("layout", ["random", "sorted", "sorted-prefix", "two-runs", "reversed"])
 def test_key_order_is_a_stable_tuple_sort(n: int, layout: str) -> None:
     from librt.vecs import vec
     from mypy_extensions import i64
@@ -192,6 +192,8 @@ def test_key_order_is_a_stable_tuple_sort(n: int, layout: str) -> None:
         keys = sorted(set(keys))
     elif layout == "sorted-prefix":
         keys = sorted(set(keys[: 3 * n // 4])) + keys[3 * n // 4 :]  # the tail may repeat prefix keys
+    elif layout == "two-runs":  # a sorted merge's layout: the tail ascending too, sharing keys with the prefix
+        keys = sorted(set(keys[: 3 * n // 4])) + sorted(set(keys[n // 2 :]))
     elif layout == "reversed":
         keys = sorted(keys, reverse=True)
     k0 = vec[i64]([_core.pack(k[0], k[1]) for k in keys])
