@@ -61,7 +61,7 @@ def state(cache: Any) -> list[list[int]]:
     """Every array of a fast cache, hash tables (built first: load and merge leave them to
     the first lookup) and per-key aggregates included."""
     cache._fresh()
-    names = ["_k0", "_k1", "_head", "_tail", "_nfol", "_sum", "_max", "_best", "_slots"]
+    names = ["_k0", "_k1", "_head", "_tail", "_sum", "_max", "_best", "_slots"]
     names += ["_ntok", "_ncnt", "_nnext", "_nkey", "_pslots"]
     return [list(getattr(cache, name)) for name in names]
 

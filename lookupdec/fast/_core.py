@@ -12,7 +12,8 @@ Layout of :class:`NgramCache` (all arrays indexed by a key ordinal ``kid`` or a 
 - both tables are *stale* (``_stale``) after a load or a merge of big caches, which fill the
   arrays only; the first lookup or insert builds them (``_fresh``), as inserting one by one would;
 - per key: the followers as a singly linked list of nodes in insertion order (``head``,
-  ``tail``, ``nfol``) and three aggregates kept up to date on every count change: ``sum``,
+  ``tail``; no follower count per key: 4 bytes a key of a replay's peak, and ``head < 0``
+  says "none") and three aggregates kept up to date on every count change: ``sum``,
   ``max`` and ``best`` (the smallest token holding ``max``). They give Lemire's precheck
   (spec 10) in O(1), and with an empty static part the whole of try_primary in O(1);
 - nodes: ``ntok``, ``ncnt``, ``nnext``, ``nkey``, found by (kid, token) through a second
@@ -356,7 +357,6 @@ class NgramCache(StaticSource):
     _k1: vec[i64]
     _head: vec[i32]
     _tail: vec[i32]
-    _nfol: vec[i32]
     _sum: vec[i64]
     _max: vec[i64]
     _best: vec[i32]
@@ -380,7 +380,6 @@ class NgramCache(StaticSource):
         self._k1 = vec[i64]()
         self._head = vec[i32]()
         self._tail = vec[i32]()
-        self._nfol = vec[i32]()
         self._sum = vec[i64]()
         self._max = vec[i64]()
         self._best = vec[i32]()
@@ -450,7 +449,6 @@ class NgramCache(StaticSource):
         self._k1 = append(self._k1, w1)
         self._head = append(self._head, NULL32)
         self._tail = append(self._tail, NULL32)
-        self._nfol = append(self._nfol, 0)
         self._sum = append(self._sum, 0)
         self._max = append(self._max, 0)
         self._best = append(self._best, NULL32)
@@ -505,7 +503,6 @@ class NgramCache(StaticSource):
         else:
             self._nnext[last] = i32(nid)
         tail[kid] = i32(nid)
-        self._nfol[kid] += 1
         self._after_bump(kid, tok, c, c)
         if 2 * (nid + 1) > mask + 1:
             self._rehash_pairs(2 * (mask + 1))
@@ -587,7 +584,6 @@ class NgramCache(StaticSource):
         # may move the buffer, and attribute reads per follower cost more than the work).
         head = self._head
         tail = self._tail
-        nfol = self._nfol
         ksum = self._sum
         kmax = self._max
         best = self._best
@@ -627,7 +623,6 @@ class NgramCache(StaticSource):
                     nnext[last] = NULL32
                 head = append(head, i32(first))
                 tail = append(tail, i32(last))
-                nfol = append(nfol, other._nfol[okid])
                 ksum = append(ksum, other._sum[okid])
                 kmax = append(kmax, other._max[okid])
                 best = append(best, other._best[okid])
@@ -671,7 +666,6 @@ class NgramCache(StaticSource):
                     else:
                         nnext[end] = i32(nid)
                     tail[kid] = i32(nid)
-                    nfol[kid] += 1
                     nc = c
                 # The aggregates exactly as _after_bump keeps them.
                 total += c
@@ -685,7 +679,7 @@ class NgramCache(StaticSource):
             kmax[kid] = mx
             best[kid] = bt
         # The grown arrays, and the old tables freed: _fresh builds them at the new sizes.
-        self._adopt(_legacy.Decoded((k0, k1, head, tail, nfol, ksum, kmax, best), (ntok, ncnt, nnext, nkey)))
+        self._adopt(_legacy.Decoded((k0, k1, head, tail, ksum, kmax, best), (ntok, ncnt, nnext, nkey)))
 
     def _clear_keep(self) -> None:
         """Remove every key but keep the table sizes (the replay clears its context per chunk)."""
@@ -695,7 +689,6 @@ class NgramCache(StaticSource):
         self._k1 = vec[i64](capacity=n_keys)
         self._head = vec[i32](capacity=n_keys)
         self._tail = vec[i32](capacity=n_keys)
-        self._nfol = vec[i32](capacity=n_keys)
         self._sum = vec[i64](capacity=n_keys)
         self._max = vec[i64](capacity=n_keys)
         self._best = vec[i32](capacity=n_keys)
@@ -734,7 +727,7 @@ class NgramCache(StaticSource):
             return False
         kid = self._find(pack(a, b), PAD_WORD)
         self._st_kid = kid
-        return kid >= 0 and self._nfol[kid] > 0
+        return kid >= 0 and self._head[kid] >= 0
 
     def _st_count(self, tok: i32) -> i64:
         """Count of ``tok`` in the selected part, ABSENT when it is not a follower."""
@@ -811,7 +804,6 @@ class NgramCache(StaticSource):
         self._k1 = copy_i64(other._k1)
         self._head = copy_i32(other._head)
         self._tail = copy_i32(other._tail)
-        self._nfol = copy_i32(other._nfol)
         self._sum = copy_i64(other._sum)
         self._max = copy_i64(other._max)
         self._best = copy_i32(other._best)
@@ -832,7 +824,6 @@ class NgramCache(StaticSource):
         self._k1 = d.k1
         self._head = d.head
         self._tail = d.tail
-        self._nfol = d.nfol
         self._sum = d.ksum
         self._max = d.kmax
         self._best = d.best
@@ -920,11 +911,13 @@ class NgramCache(StaticSource):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, NgramCache):
             return NotImplemented
+        # With as many keys and nodes in both, every key and follower of self found in other
+        # (with its count) makes the two equal: no key or follower of other can be left over.
         if len(self._k0) != len(other._k0) or len(self._ntok) != len(other._ntok):
             return False
         for kid in range(len(self._k0)):
             okid = other._find(self._k0[kid], self._k1[kid])
-            if okid < 0 or self._nfol[kid] != other._nfol[okid]:
+            if okid < 0:
                 return False
             node = i64(self._head[kid])
             while node >= 0:

@@ -360,7 +360,6 @@ class Decoded:
     k1: vec[i64]
     head: vec[i32]
     tail: vec[i32]
-    nfol: vec[i32]
     ksum: vec[i64]
     kmax: vec[i64]
     best: vec[i32]
@@ -371,10 +370,10 @@ class Decoded:
 
     def __init__(
         self,
-        keys: tuple[vec[i64], vec[i64], vec[i32], vec[i32], vec[i32], vec[i64], vec[i64], vec[i32]],
+        keys: tuple[vec[i64], vec[i64], vec[i32], vec[i32], vec[i64], vec[i64], vec[i32]],
         nodes: tuple[vec[i32], vec[i64], vec[i32], vec[i32]],
     ) -> None:
-        self.k0, self.k1, self.head, self.tail, self.nfol, self.ksum, self.kmax, self.best = keys
+        self.k0, self.k1, self.head, self.tail, self.ksum, self.kmax, self.best = keys
         self.ntok, self.ncnt, self.nnext, self.nkey = nodes
 
 
@@ -398,7 +397,6 @@ def decode(data: bytes, path: str | os.PathLike[str], strict: bool, stacklevel: 
     k1 = vec[i64](capacity=n)
     head = vec[i32](capacity=n)
     tail = vec[i32](capacity=n)
-    nfol = vec[i32](capacity=n)
     ksum = vec[i64](capacity=n)
     kmax = vec[i64](capacity=n)
     best = vec[i32](capacity=n)
@@ -460,12 +458,11 @@ def decode(data: bytes, path: str | os.PathLike[str], strict: bool, stacklevel: 
         nnext[last] = NULL32
         head = append(head, i32(first))
         tail = append(tail, i32(last))
-        nfol = append(nfol, i32(last - first + 1))
         ksum = append(ksum, total)
         kmax = append(kmax, mx)
         best = append(best, bt)
         kid += 1
-    return Decoded((k0, k1, head, tail, nfol, ksum, kmax, best), (ntok, ncnt, nnext, nkey))
+    return Decoded((k0, k1, head, tail, ksum, kmax, best), (ntok, ncnt, nnext, nkey))
 
 
 # --- writing --------------------------------------------------------------------------------
