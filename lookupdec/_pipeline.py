@@ -113,16 +113,21 @@ def load_static(impl: ModuleType, path: str, *, in_memory: bool = False, verify:
     the format's full check first (for a lookupdec index: checksum and every rule).
     A 0-byte file is an error (a static cache is never empty: most likely a failed write).
     """
-    from lookupdec.formats import ForkStatic, LookupdecIndexReader, detect_format
-    from lookupdec.formats.detect import refuse_empty_static
+    # ForkStatic and LookupdecIndexReader only where used: their modules import numpy, which
+    # the fast path's own index reader does without (~11 MB of a replay's peak RSS).
+    from lookupdec.formats.detect import detect_format, refuse_empty_static
 
     require_file(path, "static cache, -lcs")
     refuse_empty_static(path)
     fmt = detect_format(path)
     if fmt == "fork-v1":
+        from lookupdec.formats import ForkStatic
+
         return ForkStatic(path)
     if impl.IMPLEMENTATION == "reference":
         if fmt == "lookupdec":
+            from lookupdec.formats import LookupdecIndexReader
+
             reader = LookupdecIndexReader(path)
             if verify:
                 reader.verify()

@@ -98,6 +98,17 @@ def _load_input(args: argparse.Namespace, path: str) -> list[int]:
     return result
 
 
+def _load_replay(args: argparse.Namespace, path: str) -> Sequence[int]:
+    """The ids to replay: a raw token file as an ``array('i')`` (no numpy, 4 bytes an id), else as ``_load_input``."""
+    from lookupdec._rawids import TOKEN_SUFFIXES, read_raw_ids
+
+    lower = path.lower()
+    raw = args.tokens or lower.endswith(TOKEN_SUFFIXES)
+    if raw and args.tokenizer is None and not args.add_bos and not lower.endswith(".npy"):
+        return read_raw_ids(path)
+    return _load_input(args, path)  # text, .npy, or a combination of flags it reports as an error
+
+
 def _mb(n_bytes: int) -> str:
     return f"{n_bytes / 1e6:.2f} MB"
 
@@ -277,7 +288,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     require_file(args.replay, "replay text")
     if args.static is not None:
         require_file(args.static, "static cache, -lcs")
-    tokens = _load_input(args, args.replay)
+    tokens = _load_replay(args, args.replay)
     if args.tokenizer is not None:
         from lookupdec.tokens import vocab_info
 

@@ -23,6 +23,8 @@ from typing import Any, BinaryIO
 import numpy as np
 import numpy.typing as npt
 
+from lookupdec._rawids import TOKEN_SUFFIXES as TOKEN_SUFFIXES  # re-exported: its home before _rawids
+from lookupdec._rawids import check_raw_size
 from lookupdec.errors import TokenFileError
 
 TokenArray = npt.NDArray[np.int32]
@@ -31,8 +33,6 @@ TokenArray = npt.NDArray[np.int32]
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 
-TOKEN_SUFFIXES = (".bin", ".npy")
-"""File name endings that are read as token files when neither ``--tokens`` nor ``--tokenizer`` is given."""
 
 _BOS_NAMES = ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>", "<|endoftext|>")
 
@@ -48,14 +48,7 @@ def read_tokens(path: str | os.PathLike[str]) -> TokenArray:
     name = os.fspath(path)
     if name.lower().endswith(".npy"):
         return _read_npy(name)
-    size = os.path.getsize(name)
-    if size % 4:
-        raise TokenFileError(
-            name,
-            f"size {size} bytes is not a multiple of 4 (a raw token file holds little-endian int32 ids); "
-            f"the last id is incomplete",
-            size - size % 4,
-        )
+    check_raw_size(name)
     data = np.fromfile(name, dtype="<i4")
     return data.astype(np.int32, copy=False)
 

@@ -630,6 +630,33 @@ def test_python_m_error_has_no_traceback(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("static", [False, True])
+def test_python_m_stats_reads_a_raw_replay_without_numpy(
+    capsys: pytest.CaptureFixture[str], files: dict[str, str], static: bool
+) -> None:
+    """The replay's peak RSS (issue 10 item 4): numpy (~11 MB) stays out of ``stats`` on a raw
+    token file, with no static cache or a lookupdec index (-lcs)."""
+    args = [files["replay"], "-c", "256", "--n-draft", "3", "--json"]
+    if static:
+        index = str(Path(files["dir"]) / "static.lkdc")
+        assert run(capsys, "create", files["corpus"], "-o", index, "-q")[0] == 0
+        args += ["-lcs", index]
+    code, out, err = run(capsys, "stats", *args, "--impl", "reference")
+    assert code == 0, err
+    expected = json.loads(out)["n_drafted"]
+    script = (
+        "import runpy, sys; sys.argv = ['lookupdec', 'stats', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('lookupdec', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "print('numpy' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=_subprocess_env())
+    assert proc.returncode == 0, proc.stderr
+    stats_line, numpy_line = proc.stdout.splitlines()
+    assert json.loads(stats_line)["n_drafted"] == expected
+    assert numpy_line == "False"
+
+
 def test_python_m_stats(files: dict[str, str]) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "lookupdec", "stats", files["replay"], "-c", "256", "--n-draft", "3"],

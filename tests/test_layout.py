@@ -23,6 +23,7 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 # reference may use them, and ``import lookupdec.reference`` stays free of numpy & co.
 STDLIB_LEAVES = {
     "lookupdec._atomic",
+    "lookupdec._rawids",  # raw token files without numpy: the replay's lean input (issue 10 item 4)
     "lookupdec._lifecycle",  # the Drafter's request lifecycle, shared by both implementations
     "lookupdec._shared_file",
     "lookupdec._version",
@@ -141,8 +142,10 @@ def test_formats_import_no_implementation_or_tool() -> None:
 
 def test_build_imports_only_downward() -> None:
     """lookupdec.build (bounded-memory create/merge) sits on formats and the leaves; no implementation, no tool."""
-    # lookupdec.tokens: token-file input, a leaf above errors only (the .npy header checks are shared).
-    below = ("lookupdec.build", "lookupdec.formats", "lookupdec.errors", "lookupdec._atomic", "lookupdec.tokens")
+    # lookupdec.tokens: token-file input, a leaf above errors only (the .npy header checks are shared);
+    # lookupdec._rawids: the raw-file size check under it.
+    below = ("lookupdec.build", "lookupdec.formats", "lookupdec.errors", "lookupdec._atomic", "lookupdec.tokens",
+             "lookupdec._rawids")  # fmt: skip
     modules = [m for m in GRAPH if m.startswith("lookupdec.build")]
     assert "lookupdec.build._write" in modules and "lookupdec.build.dask" in modules
     for m in modules:

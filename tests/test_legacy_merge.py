@@ -58,8 +58,10 @@ def reference_merge(paths: Sequence[Path]) -> tuple[bytes, int, reference.NgramC
 
 
 def state(cache: Any) -> list[list[int]]:
-    """Every array of a fast cache, hash tables and per-key aggregates included."""
-    names = ["_k0", "_k1", "_head", "_tail", "_nfol", "_sum", "_max", "_best", "_slots"]
+    """Every array of a fast cache, hash tables (built first: load and merge leave them to
+    the first lookup) and per-key aggregates included."""
+    cache._fresh()
+    names = ["_k0", "_k1", "_head", "_tail", "_sum", "_max", "_best", "_slots"]
     names += ["_ntok", "_ncnt", "_nnext", "_nkey", "_pslots"]
     return [list(getattr(cache, name)) for name in names]
 
@@ -175,7 +177,7 @@ def test_save_load_many_keys_equals_reference(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("n", [0, 1, 10, 4096, 4097, 30000])
-@pytest.mark.parametrize("layout", ["random", "sorted", "sorted-prefix", "reversed"])
+@pytest.mark.parametrize("layout", ["random", "sorted", "sorted-prefix", "two-runs", "reversed"])
 def test_key_order_is_a_stable_tuple_sort(n: int, layout: str) -> None:
     from librt.vecs import vec
     from mypy_extensions import i64
@@ -190,6 +192,8 @@ def test_key_order_is_a_stable_tuple_sort(n: int, layout: str) -> None:
         keys = sorted(set(keys))
     elif layout == "sorted-prefix":
         keys = sorted(set(keys[: 3 * n // 4])) + keys[3 * n // 4 :]  # the tail may repeat prefix keys
+    elif layout == "two-runs":  # a sorted merge's layout: the tail ascending too, sharing keys with the prefix
+        keys = sorted(set(keys[: 3 * n // 4])) + sorted(set(keys[n // 2 :]))
     elif layout == "reversed":
         keys = sorted(keys, reverse=True)
     k0 = vec[i64]([_core.pack(k[0], k[1]) for k in keys])
@@ -301,3 +305,57 @@ def test_interpreted_merge_equals_reference(tmp_path: Path) -> None:
         warnings.simplefilter("ignore")
         expected = reference_merge(paths)[0]
     assert outs[0].read_bytes() == outs[1].read_bytes() == expected
+
+
+TOKEN = st.integers(min_value=0, max_value=6)  # few ids: keys and followers shared by both caches
+BARE_KEY = st.tuples(st.sampled_from([0, 1, 9, INT32_MIN]), st.just(-1), st.just(-1), st.just(-1))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    a=st.lists(TOKEN, max_size=40),
+    b=st.lists(TOKEN, max_size=40),
+    bare=st.lists(st.tuples(BARE_KEY, st.booleans()), max_size=3),
+    through_files=st.booleans(),
+)
+def test_merge_paths_equal_reference(
+    tmp_path_factory: pytest.TempPathFactory,
+    a: list[int],
+    b: list[int],
+    bare: list[tuple[tuple[int, int, int, int], bool]],
+    through_files: bool,
+) -> None:
+    """The sorted merge and the probe merge give the reference's caches and the same arrays."""
+    if through_files:
+        bare = []  # a key without followers cannot be saved (a record needs ntokens > 0)
+    refs = []
+    for tokens, side in ((a, False), (b, True)):
+        ref = reference.NgramCache.from_contents([(key, []) for key, on_b in bare if on_b == side])
+        ref.update(tokens, len(tokens))  # followers in insertion order, not ascending
+        refs.append(ref)
+    expected = reference.NgramCache()
+    for r in refs:
+        # Through files, each cache is loaded in canonical order (keys and followers ascending).
+        expected.merge(reference.NgramCache.from_contents(r.contents()) if through_files else r)
+
+    def fast_pair() -> tuple[Any, Any]:
+        caches = [fast.NgramCache.from_contents([(k, list(p.items())) for k, p in r.items()]) for r in refs]
+        if through_files:  # loaded: keys ascending, tables not built yet
+            tmp = tmp_path_factory.mktemp("p")
+            for i, cache in enumerate(caches):
+                cache.save(tmp / f"{i}.bin")
+            caches = [fast.NgramCache.load(tmp / f"{i}.bin") for i in range(2)]
+        return caches[0], caches[1]
+
+    by_sort, other = fast_pair()
+    by_sort._merge_sorted(other)
+    by_probe, other = fast_pair()
+    by_probe._merge_native(other)
+    public, other = fast_pair()
+    public.merge(other)
+    for cache in (by_sort, by_probe, public):
+        assert list(cache.items()) == list(expected.items())
+        keys = list(expected.keys())  # expected is a cache, not a dict
+        assert [cache.get(k) for k in keys] == [expected.get(k) for k in keys]
+        assert (1 << 20, 0, 0, 0) not in cache
+    assert state(by_sort) == state(by_probe) == state(public)

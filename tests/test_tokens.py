@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from lookupdec._rawids import read_raw_ids
 from lookupdec.errors import TokenFileError
-from lookupdec.tokens import bos_token_id, load_tokens, read_tokens, tokenize_file, vocab_info
+from lookupdec.tokens import bos_token_id, check_token_ids, load_tokens, read_tokens, tokenize_file, vocab_info
 
 VOCAB = {"<unk>": 0, "<bos>": 1, "the": 2, "cat": 3, "sat": 4, "on": 5, "mat": 6, ".": 7}
 
@@ -75,6 +77,48 @@ def test_raw_size_not_multiple_of_4(tmp_path: Path, size: int) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         read_tokens(tmp_path / "nope.bin")
+
+
+# --- raw files without numpy (the replay's path) ----------------------------------------
+
+
+@pytest.mark.parametrize("ids", [[], [0, 1, 2**31 - 1, 128255, 256]])
+def test_raw_ids_equal_read_tokens(tmp_path: Path, ids: list[int]) -> None:
+    path = tmp_path / "t.bin"
+    np.array(ids, dtype="<i4").tofile(path)
+    got = read_raw_ids(path)
+    assert got.typecode == "i" and got.itemsize == 4
+    assert got.tolist() == read_tokens(path).tolist()
+
+
+@pytest.mark.parametrize("size", [1, 3, 10])
+def test_raw_ids_size_error_is_read_tokens_error(tmp_path: Path, size: int) -> None:
+    path = tmp_path / "bad.bin"
+    path.write_bytes(b"\x07" * size)
+    with pytest.raises(TokenFileError) as expected:
+        read_tokens(path)
+    with pytest.raises(TokenFileError) as got:
+        read_raw_ids(path)
+    assert (str(got.value), got.value.offset) == (str(expected.value), expected.value.offset)
+
+
+def test_raw_ids_negative_error_is_check_token_ids_error(tmp_path: Path) -> None:
+    path = tmp_path / "neg.bin"
+    np.array([5, 6, -1, 7, -3], dtype="<i4").tofile(path)
+    with pytest.raises(TokenFileError) as expected:
+        check_token_ids(path, read_tokens(path), raw=True)
+    with pytest.raises(TokenFileError) as got:
+        read_raw_ids(path)
+    assert (str(got.value), got.value.offset) == (str(expected.value), expected.value.offset)
+    assert got.value.offset == 8  # the third id
+
+
+def test_fast_path_copies_an_int32_array_like_a_list() -> None:
+    from lookupdec.fast._core import to_vec
+
+    ids = [3, -1, 2**31 - 1, -(2**31), 0, 9]
+    for lo in (0, 2, 6, 9):
+        assert list(to_vec(array("i", ids), lo)) == list(to_vec(ids, lo)) == ids[lo:]
 
 
 # --- .npy ------------------------------------------------------------------------------

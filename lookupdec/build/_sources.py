@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from lookupdec._rawids import check_raw_size
 from lookupdec.build._count import IdCode
 from lookupdec.errors import TokenFileError
 from lookupdec.tokens import npy_layout
@@ -41,15 +42,7 @@ class Source:
         name = os.fspath(corpus)
         if name.lower().endswith(".npy"):
             return _open_npy(name)
-        size = os.path.getsize(name)
-        if size % 4:
-            raise TokenFileError(
-                name,
-                f"size {size} bytes is not a multiple of 4 (a raw token file holds little-endian int32 ids); "
-                f"the last id is incomplete",
-                size - size % 4,
-            )
-        return Source(name, size // 4, path=name)
+        return Source(name, check_raw_size(name) // 4, path=name)
 
     def read(self, start: int, stop: int) -> npt.NDArray[Any]:
         """Ids ``start .. stop - 1`` (a copy, or a view of the in-memory array)."""

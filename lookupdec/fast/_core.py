@@ -9,8 +9,11 @@ Layout of :class:`NgramCache` (all arrays indexed by a key ordinal ``kid`` or a 
 - keys: ``k0[kid] = pack(t0, t1)``, ``k1[kid] = pack(t2, t3)`` (two i64 words hold the four
   int32 slots exactly, so no hash-then-verify is needed), found through an open-addressing
   table ``slots`` (linear probing, load <= 1/2);
+- both tables are *stale* (``_stale``) after a load or a merge of big caches, which fill the
+  arrays only; the first lookup or insert builds them (``_fresh``), as inserting one by one would;
 - per key: the followers as a singly linked list of nodes in insertion order (``head``,
-  ``tail``, ``nfol``) and three aggregates kept up to date on every count change: ``sum``,
+  ``tail``; no follower count per key: 4 bytes a key of a replay's peak, and ``head < 0``
+  says "none") and three aggregates kept up to date on every count change: ``sum``,
   ``max`` and ``best`` (the smallest token holding ``max``). They give Lemire's precheck
   (spec 10) in O(1), and with an empty static part the whole of try_primary in O(1);
 - nodes: ``ntok``, ``ncnt``, ``nnext``, ``nkey``, found by (kid, token) through a second
@@ -25,6 +28,7 @@ from __future__ import annotations
 import operator
 import os
 import time
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, SupportsIndex, cast
 
@@ -60,6 +64,10 @@ PAD_WORD: Final[i64] = -1
 # count can be this (counts are int32 in files and > 0 in caches).
 ABSENT: Final[i64] = -(2**62)
 INITIAL_SLOTS: Final[i64] = 16
+# NgramCache.merge probes the tables (built) for every key and follower of the other cache
+# when this cache has at least this many times more keys; otherwise it orders both caches'
+# keys and walks them side by side (see _merge_sorted), which reads memory in order.
+MERGE_PROBE_RATIO: Final[i64] = 8
 
 # Odd multipliers below 2**31: a product with a 32-bit value stays below 2**63, so hashing
 # never overflows i64 (native ints wrap silently in C but are unbounded in interpreted mode;
@@ -184,6 +192,10 @@ def as_i32(x: object, tokens: Sequence[object], lo: int) -> i32:
 
 def to_vec(tokens: Sequence[object], lo: int = 0) -> vec[i32]:
     """``tokens[lo:]`` as a vec[i32]; :class:`TokenRangeError` (reference message) if an id does not fit."""
+    if isinstance(tokens, array) and tokens.typecode == "i" and tokens.itemsize == 4:
+        # Already int32 (``lookupdec stats`` reads a raw token file so, see lookupdec._rawids):
+        # vec's constructor copies a buffer of the same item format with one memcpy.
+        return vec[i32](tokens[lo:] if lo > 0 else tokens)
     n = len(tokens)
     v = vec[i32](capacity=max(n - lo, 0))
     if isinstance(tokens, list):
@@ -345,7 +357,6 @@ class NgramCache(StaticSource):
     _k1: vec[i64]
     _head: vec[i32]
     _tail: vec[i32]
-    _nfol: vec[i32]
     _sum: vec[i64]
     _max: vec[i64]
     _best: vec[i32]
@@ -357,6 +368,7 @@ class NgramCache(StaticSource):
     _nkey: vec[i32]
     _pslots: vec[i32]
     _pmask: i64
+    _stale: bool
     _st_kid: i64
 
     def __init__(self) -> None:
@@ -368,7 +380,6 @@ class NgramCache(StaticSource):
         self._k1 = vec[i64]()
         self._head = vec[i32]()
         self._tail = vec[i32]()
-        self._nfol = vec[i32]()
         self._sum = vec[i64]()
         self._max = vec[i64]()
         self._best = vec[i32]()
@@ -380,12 +391,29 @@ class NgramCache(StaticSource):
         self._nkey = vec[i32]()
         self._pslots = filled_i32(INITIAL_SLOTS, NULL32)
         self._pmask = INITIAL_SLOTS - 1
+        self._stale = False
         self._st_kid = -1
 
     # --- native internals ------------------------------------------------------------
 
+    def _fresh(self) -> None:
+        """Build both hash tables if they are stale (after a load or a sorted merge).
+
+        ``load`` and a merge of big caches fill the arrays without the tables, which only
+        lookups and inserts need: building them then (one scatter over every key and node)
+        was half the load and most of the merge, and ``save`` never reads them. The tables
+        are built in ordinal order at the size incremental inserts reach, so they come out
+        exactly as if every key and node had been inserted one by one.
+        """
+        if self._stale:
+            self._rehash_keys(table_size(i64(len(self._k0))))
+            self._rehash_pairs(table_size(i64(len(self._ntok))))
+            self._stale = False
+
     def _find(self, w0: i64, w1: i64) -> i64:
         """Ordinal of the packed key, -1 if absent."""
+        if self._stale:
+            self._fresh()
         s = key_probe(self._slots, self._k0, self._k1, self._smask, w0, w1)
         # An if statement, not ``s if s >= 0 else -1``: mypyc types that expression as a
         # Python int (i64 | literal) and boxes s on the way (box, then unbox, in build/ops.txt).
@@ -404,7 +432,12 @@ class NgramCache(StaticSource):
         self._smask = mask
 
     def _intern(self, w0: i64, w1: i64) -> i64:
-        """Ordinal of the packed key, inserting it (with no followers) if absent."""
+        """Ordinal of the packed key, inserting it (with no followers) if absent.
+
+        Makes the tables fresh, so :meth:`_bump` of the ordinal it returns needs no check.
+        """
+        if self._stale:
+            self._fresh()
         k0 = self._k0
         mask = self._smask
         s = key_probe(self._slots, k0, self._k1, mask, w0, w1)
@@ -416,7 +449,6 @@ class NgramCache(StaticSource):
         self._k1 = append(self._k1, w1)
         self._head = append(self._head, NULL32)
         self._tail = append(self._tail, NULL32)
-        self._nfol = append(self._nfol, 0)
         self._sum = append(self._sum, 0)
         self._max = append(self._max, 0)
         self._best = append(self._best, NULL32)
@@ -426,6 +458,8 @@ class NgramCache(StaticSource):
 
     def _pair_find(self, kid: i64, tok: i32) -> i64:
         """Node of follower ``tok`` of key ``kid``, -1 if absent."""
+        if self._stale:
+            self._fresh()
         n = pair_probe(self._pslots, self._nkey, self._ntok, self._pmask, kid, tok)
         if n < 0:  # an if statement for the reason given in _find
             return -1
@@ -442,7 +476,10 @@ class NgramCache(StaticSource):
         self._pmask = mask
 
     def _bump(self, kid: i64, tok: i32, c: i64) -> None:
-        """Add ``c`` (> 0) to the count of follower ``tok`` of key ``kid``, creating it if absent."""
+        """Add ``c`` (> 0) to the count of follower ``tok`` of key ``kid``, creating it if absent.
+
+        The tables must be fresh: every caller has ``kid`` from :meth:`_intern`, which makes them so.
+        """
         ntok = self._ntok
         mask = self._pmask
         n = pair_probe(self._pslots, self._nkey, ntok, mask, kid, tok)
@@ -466,7 +503,6 @@ class NgramCache(StaticSource):
         else:
             self._nnext[last] = i32(nid)
         tail[kid] = i32(nid)
-        self._nfol[kid] += 1
         self._after_bump(kid, tok, c, c)
         if 2 * (nid + 1) > mask + 1:
             self._rehash_pairs(2 * (mask + 1))
@@ -509,6 +545,142 @@ class NgramCache(StaticSource):
                 self._bump(mine, other._ntok[node], other._ncnt[node])
                 node = i64(other._nnext[node])
 
+    def _merge_sorted(self, other: NgramCache) -> None:
+        """:meth:`_merge_native` without the hash tables: the same arrays, tables left stale.
+
+        Both caches' keys are put in key order (``key_order``: one pass when they already are,
+        as in a loaded lookupdec file) and walked side by side to find each key of ``other``
+        in this cache. Then ``other``'s keys are applied in its insertion order, as the probe
+        merge does: a new key gets a copy of ``other``'s followers (and aggregates); a shared
+        key's followers are found by a binary search in its own followers, sorted by token.
+        Keys and nodes get the ordinals the probe merge gives them, so the tables, built on
+        first use, come out the same too.
+        """
+        k0 = self._k0
+        k1 = self._k1
+        ok0 = other._k0
+        ok1 = other._k1
+        n = i64(len(k0))
+        m = i64(len(ok0))
+        mine = _legacy.key_order(k0, k1)
+        theirs = _legacy.key_order(ok0, ok1)
+        match = filled_i32(m, NULL32)
+        i: i64 = 0
+        j: i64 = 0
+        while i < n and j < m:
+            a = i64(mine[i])
+            b = i64(theirs[j])
+            if k0[a] == ok0[b] and k1[a] == ok1[b]:
+                match[b] = i32(a)
+                i += 1
+                j += 1
+            elif _legacy.key_less(k0[a], k1[a], ok0[b], ok1[b]):
+                i += 1
+            else:
+                j += 1
+        mine = vec[i32]()  # freed now: 4 bytes a key of each cache, not needed below
+        theirs = vec[i32]()
+        # Locals appended in one pass and stored back at the end (vecs are values: an append
+        # may move the buffer, and attribute reads per follower cost more than the work).
+        head = self._head
+        tail = self._tail
+        ksum = self._sum
+        kmax = self._max
+        best = self._best
+        ntok = self._ntok
+        ncnt = self._ncnt
+        nnext = self._nnext
+        nkey = self._nkey
+        ohead = other._head
+        ontok = other._ntok
+        oncnt = other._ncnt
+        onext = other._nnext
+        # The cache lets go of its arrays while the locals grow: an append that moves a buffer
+        # frees the old one only if nothing else holds it (the Drafter's merge of a small cache
+        # into a loaded 128 MB one peaked 100 MB higher while the attributes kept them).
+        self._reset()
+        scratch = vec[i64]()
+        for okid in range(m):
+            kid = i64(match[okid])
+            node = i64(ohead[okid])
+            if kid < 0:
+                # A new key: other's followers in its order, and its aggregates as they are.
+                kid = i64(len(k0))
+                k0 = append(k0, ok0[okid])
+                k1 = append(k1, ok1[okid])
+                first = i64(len(ntok))
+                while node >= 0:
+                    ntok = append(ntok, ontok[node])
+                    ncnt = append(ncnt, oncnt[node])
+                    nnext = append(nnext, i32(len(ntok)))  # the next node; the last is fixed below
+                    nkey = append(nkey, i32(kid))
+                    node = i64(onext[node])
+                last = i64(len(ntok)) - 1
+                if last < first:  # a key with no followers (from_contents allows one)
+                    first = -1
+                    last = -1
+                else:
+                    nnext[last] = NULL32
+                head = append(head, i32(first))
+                tail = append(tail, i32(last))
+                ksum = append(ksum, other._sum[okid])
+                kmax = append(kmax, other._max[okid])
+                best = append(best, other._best[okid])
+                continue
+            # A shared key: its own followers as sorted (token, node) words to search.
+            nf: i64 = 0
+            ascending = True
+            prev: i64 = INT32_MIN - 1
+            p = i64(head[kid])
+            while p >= 0:
+                tok = i64(ntok[p])
+                if tok <= prev:
+                    ascending = False
+                prev = tok
+                scratch = _legacy.put_i64(scratch, nf, _legacy.tok_node(ntok[p], p))
+                nf += 1
+                p = i64(nnext[p])
+            if not ascending:
+                _legacy.sort_i64(scratch, nf)
+            total = ksum[kid]
+            mx = kmax[kid]
+            bt = best[kid]
+            while node >= 0:
+                tok32 = ontok[node]
+                c = oncnt[node]
+                at = find_token(scratch, nf, tok32)
+                if at >= 0:
+                    q = scratch[at] & M32
+                    nc = ncnt[q] + c
+                    ncnt[q] = nc
+                else:
+                    # A new follower, appended at the key's tail (insertion order).
+                    nid = i64(len(ntok))
+                    ntok = append(ntok, tok32)
+                    ncnt = append(ncnt, c)
+                    nnext = append(nnext, NULL32)
+                    nkey = append(nkey, i32(kid))
+                    end = i64(tail[kid])
+                    if end < 0:
+                        head[kid] = i32(nid)
+                    else:
+                        nnext[end] = i32(nid)
+                    tail[kid] = i32(nid)
+                    nc = c
+                # The aggregates exactly as _after_bump keeps them.
+                total += c
+                if nc > mx:
+                    mx = nc
+                    bt = tok32
+                elif nc == mx and tok32 < bt:
+                    bt = tok32
+                node = i64(onext[node])
+            ksum[kid] = total
+            kmax[kid] = mx
+            best[kid] = bt
+        # The grown arrays, and the old tables freed: _fresh builds them at the new sizes.
+        self._adopt(_legacy.Decoded((k0, k1, head, tail, ksum, kmax, best), (ntok, ncnt, nnext, nkey)))
+
     def _clear_keep(self) -> None:
         """Remove every key but keep the table sizes (the replay clears its context per chunk)."""
         n_keys = i64(len(self._k0))
@@ -517,7 +689,6 @@ class NgramCache(StaticSource):
         self._k1 = vec[i64](capacity=n_keys)
         self._head = vec[i32](capacity=n_keys)
         self._tail = vec[i32](capacity=n_keys)
-        self._nfol = vec[i32](capacity=n_keys)
         self._sum = vec[i64](capacity=n_keys)
         self._max = vec[i64](capacity=n_keys)
         self._best = vec[i32](capacity=n_keys)
@@ -531,6 +702,7 @@ class NgramCache(StaticSource):
         pslots = self._pslots
         for j in range(len(pslots)):
             pslots[j] = NULL32
+        self._stale = False  # no keys: empty tables of any size are right
         self._st_kid = -1
 
     def _part_dict(self, kid: i64) -> dict[int, int]:
@@ -555,7 +727,7 @@ class NgramCache(StaticSource):
             return False
         kid = self._find(pack(a, b), PAD_WORD)
         self._st_kid = kid
-        return kid >= 0 and self._nfol[kid] > 0
+        return kid >= 0 and self._head[kid] >= 0
 
     def _st_count(self, tok: i32) -> i64:
         """Count of ``tok`` in the selected part, ABSENT when it is not a follower."""
@@ -599,7 +771,12 @@ class NgramCache(StaticSource):
             # copy the arrays and tables instead of probing for every key and follower.
             self._copy_from(other)
             return
-        self._merge_native(other)
+        if not self._stale and MERGE_PROBE_RATIO * i64(len(other._k0)) < i64(len(self._k0)):
+            # A few counts into a big cache whose tables are built: a probe per key and
+            # follower touches less memory than ordering both caches' keys.
+            self._merge_native(other)
+            return
+        self._merge_sorted(other)
 
     def clear(self) -> None:
         """Remove every key (what llama-lookup-stats does to the context cache per chunk)."""
@@ -627,7 +804,6 @@ class NgramCache(StaticSource):
         self._k1 = copy_i64(other._k1)
         self._head = copy_i32(other._head)
         self._tail = copy_i32(other._tail)
-        self._nfol = copy_i32(other._nfol)
         self._sum = copy_i64(other._sum)
         self._max = copy_i64(other._max)
         self._best = copy_i32(other._best)
@@ -639,15 +815,15 @@ class NgramCache(StaticSource):
         self._nkey = copy_i32(other._nkey)
         self._pslots = copy_i32(other._pslots)
         self._pmask = other._pmask
+        self._stale = other._stale
         self._st_kid = -1
 
     def _adopt(self, d: _legacy.Decoded) -> None:
-        """Take a decoded file's arrays as this (empty) cache's, then build both hash tables once."""
+        """Take ``d``'s arrays (a decoded file's, or a sorted merge's) as this cache's; tables left stale."""
         self._k0 = d.k0
         self._k1 = d.k1
         self._head = d.head
         self._tail = d.tail
-        self._nfol = d.nfol
         self._sum = d.ksum
         self._max = d.kmax
         self._best = d.best
@@ -655,9 +831,13 @@ class NgramCache(StaticSource):
         self._ncnt = d.ncnt
         self._nnext = d.nnext
         self._nkey = d.nkey
-        # The sizes incremental inserts reach: the smallest power of two >= 2 * entries.
-        self._rehash_keys(table_size(i64(len(d.k0))))
-        self._rehash_pairs(table_size(i64(len(d.ntok))))
+        # The tables are built on first use (see _fresh): a load followed by a merge and a
+        # save, as a Drafter's merge-on-save does, never needs them.
+        self._slots = filled_i32(INITIAL_SLOTS, NULL32)
+        self._smask = INITIAL_SLOTS - 1
+        self._pslots = filled_i32(INITIAL_SLOTS, NULL32)
+        self._pmask = INITIAL_SLOTS - 1
+        self._stale = True
         self._st_kid = -1
 
     @classmethod
@@ -731,11 +911,13 @@ class NgramCache(StaticSource):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, NgramCache):
             return NotImplemented
+        # With as many keys and nodes in both, every key and follower of self found in other
+        # (with its count) makes the two equal: no key or follower of other can be left over.
         if len(self._k0) != len(other._k0) or len(self._ntok) != len(other._ntok):
             return False
         for kid in range(len(self._k0)):
             okid = other._find(self._k0[kid], self._k1[kid])
-            if okid < 0 or self._nfol[kid] != other._nfol[okid]:
+            if okid < 0:
                 return False
             node = i64(self._head[kid])
             while node >= 0:
@@ -794,7 +976,7 @@ def parse_legacy(data: bytes, path: str | os.PathLike[str], strict: bool) -> Ngr
     """Decode a legacy cache file exactly like the reference's ``parse_legacy`` (same errors)."""
     cache = NgramCache()
     # decode checks every record first, then builds the arrays in one pass; the tables are
-    # built once at the end (inserting key by key probed for every key and follower).
+    # built on first use (inserting key by key probed for every key and follower).
     cache._adopt(_legacy.decode(data, path, strict, 3))
     return cache
 
@@ -805,6 +987,23 @@ def table_size(n: i64) -> i64:
     while size < 2 * n:
         size *= 2
     return size
+
+
+def find_token(words: vec[i64], n: i64, tok: i32) -> i64:
+    """Index of the (token, node) word of ``tok`` in ``words[:n]`` (sorted, tokens unique), -1 if none."""
+    lo: i64 = 0
+    hi = n
+    t = i64(tok)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        mt = words[mid] >> 32
+        if mt < t:
+            lo = mid + 1
+        elif mt > t:
+            hi = mid
+        else:
+            return mid
+    return -1
 
 
 def copy_i64(v: vec[i64]) -> vec[i64]:

@@ -834,8 +834,9 @@ def load_static(
     formats are checked in full anyway when decoded. A 0-byte file is an error (a static
     cache is never empty: most likely a failed write).
     """
-    from lookupdec.formats import ForkStatic, detect_format, read_as_contents
-    from lookupdec.formats.detect import refuse_empty_static
+    # ForkStatic and read_as_contents only where used: their modules import numpy (~11 MB of
+    # a replay's peak RSS), which opening a lookupdec index or a legacy file does without.
+    from lookupdec.formats.detect import detect_format, refuse_empty_static
 
     fmt = detect_format(path)
     refuse_empty_static(path)
@@ -845,6 +846,8 @@ def load_static(
             ix.verify()
         return ix
     if fmt == "fork-v1":
+        from lookupdec.formats import ForkStatic
+
         return ForkStatic(path)
     if fmt == "llama":
         cache = NgramCache.load(path, strict=strict or verify)
@@ -852,4 +855,6 @@ def load_static(
             if cache._k1[kid] != PAD_WORD:
                 return cache
         return StaticIndex.from_cache(cache)
+    from lookupdec.formats import read_as_contents
+
     return StaticIndex.from_contents(read_as_contents(path))

@@ -82,7 +82,8 @@ def key_order(k0: vec[i64], k1: vec[i64]) -> vec[i32]:
 
     A cache loaded from a lookupdec-written file holds its keys ascending, and a merge appends
     new keys after them (the merge-on-save of a shared file): when at least half the keys are
-    an ascending prefix, only the rest is sorted and the two runs are merged.
+    an ascending prefix, only the rest is sorted (unless it is ascending too) and the two runs
+    are merged.
     """
     n = i64(len(k0))
     m: i64 = 1 if n > 0 else 0
@@ -95,7 +96,17 @@ def key_order(k0: vec[i64], k1: vec[i64]) -> vec[i32]:
         return ident
     if 2 * m < n:
         return radix_order(k0, k1)
-    rest = radix_order(k0[m:], k1[m:])
+    # The rest is often ascending too: a sorted merge of a loaded file appends the other
+    # loaded file's new keys in that file's (ascending) order. Then two runs merge as they are.
+    j0 = m + 1
+    while j0 < n and key_less(k0[j0 - 1], k1[j0 - 1], k0[j0], k1[j0]):
+        j0 += 1
+    if j0 == n:
+        rest = vec[i32](capacity=n - m)
+        for r in range(n - m):
+            rest = append(rest, i32(r))
+    else:
+        rest = radix_order(k0[m:], k1[m:])
     out = vec[i32](capacity=n)
     i: i64 = 0
     j: i64 = 0
@@ -349,7 +360,6 @@ class Decoded:
     k1: vec[i64]
     head: vec[i32]
     tail: vec[i32]
-    nfol: vec[i32]
     ksum: vec[i64]
     kmax: vec[i64]
     best: vec[i32]
@@ -360,10 +370,10 @@ class Decoded:
 
     def __init__(
         self,
-        keys: tuple[vec[i64], vec[i64], vec[i32], vec[i32], vec[i32], vec[i64], vec[i64], vec[i32]],
+        keys: tuple[vec[i64], vec[i64], vec[i32], vec[i32], vec[i64], vec[i64], vec[i32]],
         nodes: tuple[vec[i32], vec[i64], vec[i32], vec[i32]],
     ) -> None:
-        self.k0, self.k1, self.head, self.tail, self.nfol, self.ksum, self.kmax, self.best = keys
+        self.k0, self.k1, self.head, self.tail, self.ksum, self.kmax, self.best = keys
         self.ntok, self.ncnt, self.nnext, self.nkey = nodes
 
 
@@ -387,7 +397,6 @@ def decode(data: bytes, path: str | os.PathLike[str], strict: bool, stacklevel: 
     k1 = vec[i64](capacity=n)
     head = vec[i32](capacity=n)
     tail = vec[i32](capacity=n)
-    nfol = vec[i32](capacity=n)
     ksum = vec[i64](capacity=n)
     kmax = vec[i64](capacity=n)
     best = vec[i32](capacity=n)
@@ -449,12 +458,11 @@ def decode(data: bytes, path: str | os.PathLike[str], strict: bool, stacklevel: 
         nnext[last] = NULL32
         head = append(head, i32(first))
         tail = append(tail, i32(last))
-        nfol = append(nfol, i32(last - first + 1))
         ksum = append(ksum, total)
         kmax = append(kmax, mx)
         best = append(best, bt)
         kid += 1
-    return Decoded((k0, k1, head, tail, nfol, ksum, kmax, best), (ntok, ncnt, nnext, nkey))
+    return Decoded((k0, k1, head, tail, ksum, kmax, best), (ntok, ncnt, nnext, nkey))
 
 
 # --- writing --------------------------------------------------------------------------------
