@@ -117,7 +117,36 @@ class HybridTests(ImplTests):
         assert self.propose(s, [100, 101], 0) == []
 
     def test_longest_match_wins_over_newer(self) -> None:
+        # (7, 8) occurs twice: the older occurrence matches 4 tokens (4, 5, 7, 8), the newer 2;
+        # 2 < 4 - MATCH_SLACK, so only the older one is followed
+        s = self.state([4, 5, 7, 8, 1], [6, 7, 8, 2])
+        assert self.propose(s, [4, 5, 7, 8], 1) == [1]
+        # matches of 3 and 2 tokens: with no slack only the longest is followed
+        s = self.state([5, 7, 8, 1], [6, 7, 8, 2], match_slack=0)
+        assert self.propose(s, [5, 7, 8], 1) == [1]
+
+    def test_one_token_shorter_matches_vote(self) -> None:
+        # the older occurrence matches 3 tokens (5, 7, 8), the newer 2: with MATCH_SLACK = 1 both
+        # are followed, one vote each: the newest occurrence's token
         s = self.state([5, 7, 8, 1], [6, 7, 8, 2])
+        assert self.propose(s, [5, 7, 8], 1) == [2]
+        # two shorter matches agreeing on 2 outvote the single longest one
+        s = self.state([6, 7, 8, 2], [5, 7, 8, 1], [3, 7, 8, 2])
+        assert self.propose(s, [5, 7, 8], 1) == [2]
+        # newest and longest: its token
+        s = self.state([6, 7, 8, 2], [5, 7, 8, 1])
+        assert self.propose(s, [5, 7, 8], 1) == [1]
+        # the draft goes on with the occurrences that agreed on 2 only: their next tokens 3 (the
+        # newest) and 9 tie, 3 is drafted (the one that drafted 1 would have made it 9 by majority)
+        s = self.state([6, 7, 8, 2, 9], [5, 7, 8, 1, 9], [3, 7, 8, 2, 3])
+        assert self.propose(s, [5, 7, 8], 2) == [2, 3]
+
+    def test_max_candidates_newest_first(self) -> None:
+        # only the newest max_candidates occurrences of (7, 8) are compared: with 2, the
+        # longest match (5, 7, 8, in the oldest request) is not among them
+        s = self.state([5, 7, 8, 1], [6, 7, 8, 2], [4, 7, 8, 2], max_candidates=2, match_slack=0)
+        assert self.propose(s, [5, 7, 8], 1) == [2]
+        s = self.state([5, 7, 8, 1], [6, 7, 8, 2], [4, 7, 8, 2], max_candidates=3, match_slack=0)
         assert self.propose(s, [5, 7, 8], 1) == [1]
 
     def test_majority_then_newest(self) -> None:
@@ -191,6 +220,8 @@ class HybridTests(ImplTests):
             self.impl.SuffixHistory(3)
         with pytest.raises(ValueError, match="threshold"):
             self.impl.HybridState(None, 1.5)
+        with pytest.raises(ValueError, match="match_slack must be in"):
+            self.impl.HybridState(match_slack=-1)
         with pytest.raises(ValueError, match="n_accepted"):
             self.impl.HybridState().observe(-1)
         with pytest.raises(ValueError, match="unknown policy 'best'"):
@@ -235,11 +266,11 @@ class TestHybridFast(FastImpl, HybridTests):
 # --- differential: fast against the reference model ----------------------------------------
 
 
-def lockstep(tokens: list[int], n_draft: int, chunk: int, max_tokens: int, static: list[int] | None) -> int:
-    """Drive both states through the same requests with caches; assert identical proposals."""
+def lockstep(tokens: list[int], n_draft: int, chunk: int, max_tokens: int, static: list[int] | None, **kw: Any) -> int:
+    """Drive both states (``HybridState(**kw)``) through the same requests with caches; assert identical proposals."""
     fast = fast_impl()
     states = [
-        (impl, impl.HybridState(impl.SuffixHistory(max_tokens)), impl.NgramCache(), impl.NgramCache())
+        (impl, impl.HybridState(impl.SuffixHistory(max_tokens), **kw), impl.NgramCache(), impl.NgramCache())
         for impl in (fast, ref)
     ]
     statics = [impl.build_static(static) if static else None for impl in (fast, ref)]
@@ -271,6 +302,12 @@ def lockstep(tokens: list[int], n_draft: int, chunk: int, max_tokens: int, stati
 
 def test_lockstep_demo_data() -> None:
     assert lockstep(demo("wiki.test.demo.llama3.bin", 5000), 8, 1500, 1 << 22, demo("enwiki_wt.demo.llama3.bin", 30000))
+
+
+@pytest.mark.parametrize("kw", [{"match_slack": 0, "max_candidates": 16}, {"match_slack": 3, "max_candidates": 5}])
+def test_lockstep_other_parameters(kw: dict[str, int]) -> None:
+    corpus = demo("enwiki_wt.demo.llama3.bin", 20000)
+    assert lockstep(demo("wiki.test.demo.llama3.bin", 3000), 8, 1500, 1 << 22, corpus, **kw)
 
 
 def test_lockstep_with_eviction() -> None:

@@ -55,8 +55,10 @@ SEP: Final[i32] = -1
 """Separator written before every request in the history stream (never matched)."""
 DEFAULT_MAX_TOKENS: Final = 1 << 22
 """Default bound of a :class:`SuffixHistory`: 4,194,304 tokens (about 70 MB at most)."""
-MAX_CANDIDATES: Final[i64] = 16
+MAX_CANDIDATES: Final[i64] = 32
 """How many earlier occurrences of the last bigram are compared, newest first."""
+MATCH_SLACK: Final[i64] = 1
+"""Occurrences whose match is at most this much shorter than the longest are followed too (they vote)."""
 MAX_MATCH: Final[i64] = 32
 """Matches are measured up to this many tokens (longer ones count as this long)."""
 N_LEN: Final[i64] = 33
@@ -442,6 +444,7 @@ class HybridState:
     last_cells: vec[i64]
     threshold: float
     max_candidates: i64
+    match_slack: i64
     target_waste10: i64
     balance: i64
 
@@ -451,11 +454,15 @@ class HybridState:
         threshold: float = THRESHOLD,
         max_candidates: int = MAX_CANDIDATES,
         target_waste: float = TARGET_WASTE,
+        match_slack: int = MATCH_SLACK,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold}")
         if max_candidates < 1:
             raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
+        if not 0 <= match_slack <= MAX_MATCH:
+            raise ValueError(f"match_slack must be in [0, {MAX_MATCH}], got {match_slack}")
+        self.match_slack = match_slack
         self.history = history if history is not None else SuffixHistory()
         if not 0.0 <= target_waste <= 64.0:
             raise ValueError(f"target_waste must be in [0, 64], got {target_waste}")
@@ -552,12 +559,13 @@ class HybridState:
         best = h._collect(q, self.max_candidates)
         if best == 0:
             return drafted, cells
-        # The candidates followed: every occurrence matching as long as the best.
-        # Kept in place at the front of h.cand_p (n_act of them), newest first.
+        # The candidates followed: every occurrence matching at most match_slack shorter than the
+        # best. Kept in place at the front of h.cand_p (n_act of them), newest first.
         act = h.cand_p
         n_act: i64 = 0
+        shortest = best - self.match_slack
         for j in range(h.n_cand):
-            if h.cand_len[j] == best:
+            if h.cand_len[j] >= shortest:
                 act[n_act] = act[j]
                 n_act += 1
         toks = h.toks
