@@ -173,6 +173,8 @@ class SuffixHistory:
     cand_p: vec[i64]
     cand_len: vec[i64]
     n_cand: i64
+    vote_t: vec[i32]
+    vote_c: vec[i64]
 
     def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
         if max_tokens < 16:
@@ -182,6 +184,8 @@ class SuffixHistory:
         self.cand_p = vec[i64]()
         self.cand_len = vec[i64]()
         self.n_cand = 0
+        self.vote_t = vec[i32]()
+        self.vote_c = vec[i64]()
         self._reset()
 
     def _reset(self) -> None:
@@ -365,6 +369,8 @@ class SuffixHistory:
         if i64(len(self.cand_p)) < max_candidates:
             self.cand_p = zeros_i64(max_candidates)
             self.cand_len = zeros_i64(max_candidates)
+            self.vote_t = filled_i32(max_candidates, SEP)
+            self.vote_c = zeros_i64(max_candidates)
         b = self._query_at(q, 0)
         a = self._query_at(q, 1)
         if b == SEP:
@@ -570,26 +576,39 @@ class HybridState:
                 n_act += 1
         toks = h.toks
         end = i64(len(toks))
+        vt = h.vote_t
+        vc = h.vote_c
         b2 = h._query_at(q, 1)  # the two tokens before the next drafted one (for static_class)
         b1 = h._query_at(q, 0)
         k: i64 = 0
         while k < n_max:
-            # The most frequent next token among the candidates; on a tie the newest one's.
-            best_t = SEP
-            best_c: i64 = 0
+            # The most frequent next token among the candidates; on a tie the newest one's. The
+            # distinct next tokens are counted in the order they first appear (newest first), so
+            # the first with the highest count is the newest of the tied ones: O(candidates x
+            # distinct tokens), and the candidates mostly agree.
+            n_d: i64 = 0
             for i in range(n_act):
                 pi = act[i] + k
-                ti = toks[pi] if pi < end else SEP
+                if pi >= end:
+                    continue
+                ti = toks[pi]
                 if ti == SEP:
                     continue
-                c: i64 = 0
-                for j in range(i, n_act):
-                    pj = act[j] + k
-                    if pj < end and toks[pj] == ti:
-                        c += 1
-                if c > best_c:
-                    best_c = c
-                    best_t = ti
+                d: i64 = 0
+                while d < n_d and vt[d] != ti:
+                    d += 1
+                if d == n_d:
+                    vt[d] = ti
+                    vc[d] = 1
+                    n_d += 1
+                else:
+                    vc[d] += 1
+            best_t = SEP
+            best_c: i64 = 0
+            for d in range(n_d):
+                if vc[d] > best_c:
+                    best_c = vc[d]
+                    best_t = vt[d]
             if best_c == 0:
                 break
             cell = stat_cell(best_c, n_act, best + k, static_class(st, b2, b1, best_t), kind)
