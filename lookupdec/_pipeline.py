@@ -263,8 +263,7 @@ def replay_stats(
     t0 = time.perf_counter()
     if corpus is not None:
         history = impl.SuffixHistory()
-        history.add_separator()  # the corpus is one earlier request
-        history.extend(corpus)
+        history.add_corpus(corpus)  # one earlier request
     t_corpus = time.perf_counter() - t0
     result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress, policy, history)
     t_draft = result.t_draft_s

@@ -141,6 +141,25 @@ class HybridTests(ImplTests):
         s = self.state([6, 7, 8, 2, 9], [5, 7, 8, 1, 9], [3, 7, 8, 2, 3])
         assert self.propose(s, [5, 7, 8], 2) == [2, 3]
 
+    def test_corpus_is_one_earlier_request(self) -> None:
+        # add_corpus: a separator, then the corpus; its occurrences of (7, 8) are compared newest
+        # first after the requests' (in the fast path, from its corpus block)
+        for slack, expected in ((1, [2]), (0, [1])):
+            s = self.impl.HybridState(self.impl.SuffixHistory(), 0.02, 16, 0, slack)
+            s.history.add_corpus([5, 7, 8, 1, 3, 6, 7, 8, 2])
+            assert s.history.tokens() == [-1, 5, 7, 8, 1, 3, 6, 7, 8, 2]
+            s.begin_request()
+            assert self.propose(s, [5, 7, 8], 1) == expected
+        # with one candidate only the newest occurrence, 6 7 8 2, is compared
+        s = self.impl.HybridState(self.impl.SuffixHistory(), 0.02, 1, 0, 0)
+        s.history.add_corpus([5, 7, 8, 1, 3, 6, 7, 8, 2])
+        s.begin_request()
+        assert self.propose(s, [5, 7, 8], 1) == [2]
+        # a request after the corpus comes first: its (7, 8) is newer than the corpus's
+        s.propose([4, 7, 8, 9], 0, self.impl.NgramCache(), self.impl.NgramCache())
+        s.begin_request()
+        assert self.propose(s, [5, 7, 8], 1) == [9]
+
     def test_max_candidates_newest_first(self) -> None:
         # only the newest max_candidates occurrences of (7, 8) are compared: with 2, the
         # longest match (5, 7, 8, in the oldest request) is not among them
@@ -266,13 +285,26 @@ class TestHybridFast(FastImpl, HybridTests):
 # --- differential: fast against the reference model ----------------------------------------
 
 
-def lockstep(tokens: list[int], n_draft: int, chunk: int, max_tokens: int, static: list[int] | None, **kw: Any) -> int:
-    """Drive both states (``HybridState(**kw)``) through the same requests with caches; assert identical proposals."""
+def lockstep(
+    tokens: list[int],
+    n_draft: int,
+    chunk: int,
+    max_tokens: int,
+    static: list[int] | None,
+    *,
+    corpus: list[int] | None = None,
+    **kw: Any,
+) -> int:
+    """Drive both states (``HybridState(**kw)``, the history holding ``corpus`` first if given)
+    through the same requests with caches; assert identical proposals."""
     fast = fast_impl()
     states = [
         (impl, impl.HybridState(impl.SuffixHistory(max_tokens), **kw), impl.NgramCache(), impl.NgramCache())
         for impl in (fast, ref)
     ]
+    if corpus is not None:
+        for _, s, _, _ in states:
+            s.history.add_corpus(corpus)
     statics = [impl.build_static(static) if static else None for impl in (fast, ref)]
     steps = 0
     for start in range(0, len(tokens) - 1, chunk):
@@ -305,9 +337,46 @@ def test_lockstep_demo_data() -> None:
 
 
 @pytest.mark.parametrize("kw", [{"match_slack": 0, "max_candidates": 16}, {"match_slack": 3, "max_candidates": 5}])
-def test_lockstep_other_parameters(kw: dict[str, int]) -> None:
+def test_lockstep_other_parameters(kw: dict[str, Any]) -> None:
     corpus = demo("enwiki_wt.demo.llama3.bin", 20000)
     assert lockstep(demo("wiki.test.demo.llama3.bin", 3000), 8, 1500, 1 << 22, corpus, **kw)
+
+
+def test_lockstep_corpus_in_history() -> None:
+    # the fast path's corpus block (a bigram's corpus occurrences contiguous) gives the same
+    # candidates as the links: with 40 candidates most chains run from the requests into it
+    corpus = demo("enwiki_wt.demo.llama3.bin", 20000)
+    assert lockstep(demo("wiki.test.demo.llama3.bin", 3000), 8, 1000, 1 << 22, corpus, corpus=corpus, max_candidates=40)
+
+
+def test_lockstep_corpus_evicted() -> None:
+    # the history is full after the corpus and a few requests: the block is dropped at the eviction
+    corpus = demo("enwiki_wt.demo.llama3.bin", 3000)
+    assert lockstep(demo("wiki.test.demo.llama3.bin", 3000), 8, 500, 4000, None, corpus=corpus)
+
+
+def test_corpus_block_matches_links() -> None:
+    # fast only: add_corpus (with the block) and add_separator + extend (links only) give the
+    # same replay, here on a corpus whose bigrams repeat far more often than 32 times
+    fast = fast_impl()
+    corpus = [1, 2, 3, 4] * 300 + [1, 2, 5, 4] * 300 + [7, 1, 2, 3] * 50
+    tokens = ([1, 2, 3, 4, 1, 2, 5, 6] * 40 + [9, 1, 2]) * 6
+    results = []
+    for block in (True, False):
+        h = fast.SuffixHistory()
+        if block:
+            h.add_corpus(corpus)
+        else:
+            h.add_separator()
+            h.extend(corpus)
+        r = fast.replay(tokens, 300, 8, None, None, None, "hybrid", h)
+        results.append((r.n_steps, r.n_accept, r.n_drafted))
+        assert h.tokens() == [
+            -1,
+            *corpus,
+            *[t for start in range(0, 1800, 300) for t in [-1, *tokens[start : start + 300]]],
+        ]
+    assert results[0] == results[1]
 
 
 def test_lockstep_with_eviction() -> None:
@@ -326,6 +395,20 @@ def test_lockstep_random(tokens: list[int], n_draft: int, chunk: int, max_tokens
     # The static corpus repeated: followers seen 1-2, 3-19 and 20+ times, with and without a
     # static draft, so every static class and both kinds of suffix draft occur.
     lockstep(tokens, n_draft, chunk, max_tokens, tokens[::-1] * static_repeats)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    tokens=st.lists(st.integers(0, 4), min_size=2, max_size=200),
+    corpus=st.lists(st.integers(0, 4), min_size=0, max_size=300),
+    chunk=st.integers(2, 60),
+    max_tokens=st.integers(16, 600),
+    max_candidates=st.integers(1, 40),
+)
+def test_lockstep_random_corpus(
+    tokens: list[int], corpus: list[int], chunk: int, max_tokens: int, max_candidates: int
+) -> None:
+    lockstep(tokens, 8, chunk, max_tokens, None, corpus=corpus, max_candidates=max_candidates)
 
 
 def test_replay_counts_identical_on_demo_data() -> None:

@@ -175,6 +175,9 @@ class SuffixHistory:
     n_cand: i64
     vote_t: vec[i32]
     vote_c: vec[i64]
+    cblock: vec[i32]
+    coff: vec[i32]
+    cend: i64
 
     def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
         if max_tokens < 16:
@@ -199,6 +202,12 @@ class SuffixHistory:
         self.ulast = vec[i32]()
         self.uslots = filled_i32(INITIAL_SLOTS, NULL32)
         self.umask = INITIAL_SLOTS - 1
+        self._drop_corpus_block()
+
+    def _drop_corpus_block(self) -> None:
+        self.cblock = vec[i32]()
+        self.coff = vec[i32]()
+        self.cend = -1
 
     def __len__(self) -> int:
         """Number of tokens (and separators) held."""
@@ -329,7 +338,7 @@ class SuffixHistory:
         old = self.toks
         keep = self.max_tokens // 2
         start = i64(len(old)) - keep
-        self._reset()
+        self._reset()  # drops the corpus block too: positions move
         self.n_evictions += 1
         for j in range(start, len(old)):
             self.toks = append(self.toks, old[j])
@@ -338,6 +347,52 @@ class SuffixHistory:
     def add_separator(self) -> None:
         """Start a new request: matches never cross this point."""
         self._push(SEP)
+
+    def add_corpus(self, tokens: Sequence[int]) -> None:
+        """Add a corpus as one earlier request: :meth:`add_separator`, then :meth:`extend`.
+
+        The same matches and drafts as those two calls; on an empty history it also builds the
+        corpus's *block*: its indexed positions grouped by bigram, newest first, contiguous
+        (4 bytes per corpus token plus 4 per distinct bigram), so that a match walks a bigram's
+        corpus occurrences as one run of memory instead of one cache miss per link. Dropped at
+        the first eviction (then the links serve, as for any history).
+        """
+        empty = i64(len(self.toks)) == 0
+        self.add_separator()
+        self.extend(tokens)
+        if empty and self.n_evictions == 0:
+            self._build_corpus_block()
+
+    def _build_corpus_block(self) -> None:
+        """Group the indexed positions of the whole stream (the corpus) by bigram (a counting sort)."""
+        toks = self.toks
+        end = i64(len(toks))
+        nb = i64(len(self.bkey))
+        count = filled_i32(nb + 1, 0)
+        kids = filled_i32(end, NULL32)
+        for p in range(2, end):
+            a = toks[p - 2]
+            b = toks[p - 1]
+            if a != SEP and b != SEP and toks[p] != SEP:
+                kid = self._bfind(pack(a, b))
+                kids[p] = i32(kid)
+                count[kid + 1] += 1
+        for j in range(nb):
+            count[j + 1] += count[j]
+        self.coff = count
+        fill = vec[i32](capacity=nb)
+        for j in range(nb):
+            fill = append(fill, count[j])
+        block = filled_i32(i64(count[nb]), NULL32)
+        p = end - 1
+        while p >= 2:  # newest first within each bigram's run
+            kid = i64(kids[p])
+            if kid >= 0:
+                block[i64(fill[kid])] = i32(p)
+                fill[kid] += 1
+            p -= 1
+        self.cblock = block
+        self.cend = end - 1
 
     def extend(self, tokens: Sequence[int]) -> None:
         """Append tokens of the current request (int32 ids)."""
@@ -382,7 +437,16 @@ class SuffixHistory:
                 best_len: i64 = 0
                 p = i64(self.bhead[kid])
                 n: i64 = 0
+                g: i64 = 0
+                g_end: i64 = 0
+                in_block = False
                 while p >= 0 and n < max_candidates:
+                    if p <= self.cend and not in_block:
+                        in_block = True
+                        # The chain reached the corpus (the oldest part of the stream): the rest
+                        # of it is the bigram's run in the corpus block, p its first entry.
+                        g = i64(self.coff[kid]) + 1
+                        g_end = i64(self.coff[kid + 1])
                     length: i64 = 2
                     while length < MAX_MATCH:
                         at = p - 1 - length
@@ -397,7 +461,13 @@ class SuffixHistory:
                     n += 1
                     if length > best_len:
                         best_len = length
-                    p = i64(self.prev[p])
+                    if not in_block:
+                        p = i64(self.prev[p])
+                    elif g < g_end:
+                        p = i64(self.cblock[g])
+                        g += 1
+                    else:
+                        p = -1
                 self.n_cand = n
                 return best_len
         u = self._ufind(b)

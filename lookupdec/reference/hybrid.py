@@ -169,6 +169,15 @@ class SuffixHistory:
         """Start a new request: matches never cross this point."""
         self.push(SEP)
 
+    def add_corpus(self, tokens: Sequence[int]) -> None:
+        """Add a corpus as one earlier request: :meth:`add_separator`, then :meth:`extend`.
+
+        (The fast path also groups the corpus's positions by bigram here, for speed: the same
+        matches.)
+        """
+        self.add_separator()
+        self.extend(tokens)
+
     def extend(self, tokens: Sequence[int]) -> None:
         """Append tokens of the current request."""
         for t in tokens:
