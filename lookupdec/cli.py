@@ -16,10 +16,12 @@ Every error about the input ends the program with one line on stderr,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import sys
+import tempfile
 import textwrap
 import time
 import warnings
@@ -125,16 +127,59 @@ def _budget(args: argparse.Namespace) -> tuple[int | None, int | None]:
 
 def _create_index(args: argparse.Namespace, vocab_size: int, fingerprint: bytes) -> int:
     """``create --format lookupdec``: bounded memory, every core, or a Dask cluster (lookupdec.build)."""
-    from lookupdec import build
-
     memory, workers = _budget(args)
     t0 = time.perf_counter()
     corpora: list[Any] = list(args.corpus)
-    if args.tokenizer is not None:  # text: tokenized in memory, then counted like any corpus
-        corpora = [_load_input_array(args, path) for path in args.corpus]
-    elif args.add_bos:
+    with contextlib.ExitStack() as stack:
+        if args.tokenizer is not None:
+            corpora = _tokenized_corpora(args, stack)
+        return _count_index(args, corpora, memory, workers, vocab_size, fingerprint, t0)
+
+
+def _tokenized_corpora(args: argparse.Namespace, stack: contextlib.ExitStack) -> list[Any]:
+    """The text corpora of ``create --tokenizer`` as token files in a temporary folder, or arrays.
+
+    With a vocabulary lookupdec tokenizes exactly, each text is streamed (bounded memory, every
+    core) into a raw int32 file that counting then reads like any token file: a corpus far larger
+    than memory can be given as text. A cluster (``--dask``) cannot read this machine's
+    temporary folder, so there the ids are held in memory and shipped; so are the ids of a
+    tokenizer.json tokenized by Hugging Face's own rules (that library encodes a text whole).
+    """
+    from lookupdec.tokens import exact_tokenizer, tokenize_to_file
+
+    tok = exact_tokenizer(args.tokenizer)
+    if tok is None or args.dask is not None:
+        return [_load_input_array(args, path) for path in args.corpus]
+    tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="lookupdec-create-"))
+    _, workers = _budget(args)
+    files: list[Any] = []
+    for i, path in enumerate(args.corpus):
+        require_file(path, "text file")
+        out = os.path.join(tmp, f"corpus-{i:04d}.i32")
+        with (
+            progress_bar(_want_progress(args), f"tokenize {os.path.basename(path)}", unit="B") as progress,
+            open(out, "wb") as f,
+        ):
+            tokenize_to_file(path, tok, f, add_bos=args.add_bos, workers=workers, progress=progress)
+        files.append(out)
+    return files
+
+
+def _count_index(
+    args: argparse.Namespace,
+    corpora: list[Any],
+    memory: int | None,
+    workers: int | None,
+    vocab_size: int,
+    fingerprint: bytes,
+    t0: float,
+) -> int:
+    """Count ``corpora`` (token files or arrays, one per ``args.corpus``) into the lookupdec index."""
+    from lookupdec import build
+
+    if args.tokenizer is None and args.add_bos:
         raise UsageError("--add-bos applies to text tokenized with --tokenizer; token files are used as they are")
-    else:
+    if args.tokenizer is None:
         from lookupdec.tokens import TOKEN_SUFFIXES
 
         for path in args.corpus:
@@ -724,7 +769,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument(
         "--load", action="store_true",
-        help="copy the static file into memory instead of memory-mapping it (fastest lookups, slower open). "
+        help="copy the static file into memory instead of memory-mapping it (slower open, no SIGBUS risk; "
+        "lookups as fast as mapped on CPython/Linux, faster elsewhere). "
         "Without it a lookupdec index is memory-mapped: a program that truncates or rewrites the file in "
         "place while stats runs can make it die with SIGBUS (lookupdec itself always writes a new file and "
         "renames it, never in place)",

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import os
 import warnings
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -220,22 +222,52 @@ def _exact_tokenizer(name: str, mtime_ns: int) -> Any:
         return None  # not a tokenizer.json lookupdec.tokenizer reads: the HF path reports the error
 
 
+def _exact_parts(
+    path: str,
+    tok: Any,
+    add_bos: bool | None,
+    workers: int | None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Iterator[TokenArray]:
+    """The ids of :func:`tokenize_exact`, in parts (bounded memory); checks run before the first part."""
+    from lookupdec.tokenizer.stream import iter_file_ids
+
+    if not os.path.exists(path):
+        raise FileNotFoundError(2, "No such file or directory", path)
+    parts = iter_file_ids(path, tok, add_special=add_bos is not False, workers=workers, progress=progress)
+    if add_bos and not tok.add_bos:
+        if tok.bos_id is None:
+            raise TokenFileError(tok.path, "the vocabulary has no BOS token; use --no-add-bos or the default")
+        parts = itertools.chain([np.array([tok.bos_id], dtype=np.int32)], parts)
+    return parts
+
+
 def tokenize_exact(path: str, tok: Any, add_bos: bool | None = None, workers: int | None = None) -> TokenArray:
     """Tokenize the text file ``path`` with a :class:`lookupdec.tokenizer.Tokenizer`, as llama.cpp's lookup tools do.
 
     ``add_bos=None`` is ``add_special=True`` (the vocabulary's add_bos/add_eos decide),
     ``False`` adds nothing, ``True`` puts BOS first even when the vocabulary would not.
     """
-    from lookupdec.tokenizer.stream import tokenize_file as stream_tokenize
+    parts = list(_exact_parts(path, tok, add_bos, workers))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
 
-    if not os.path.exists(path):
-        raise FileNotFoundError(2, "No such file or directory", path)
-    ids = stream_tokenize(path, tok, add_special=add_bos is not False, workers=workers)
-    if add_bos and not tok.add_bos:
-        if tok.bos_id is None:
-            raise TokenFileError(tok.path, "the vocabulary has no BOS token; use --no-add-bos or the default")
-        ids = np.concatenate([np.array([tok.bos_id], dtype=np.int32), ids])
-    return ids
+
+def tokenize_to_file(
+    path: str,
+    tok: Any,
+    out: BinaryIO,
+    add_bos: bool | None = None,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Tokenize the text file ``path`` as :func:`tokenize_exact` does, streaming raw int32 ids to ``out``.
+
+    Memory stays bounded by the tokenizer's chunks, whatever the file's size; returns the
+    number of ids written.
+    """
+    from lookupdec.tokenizer.stream import write_ids
+
+    return write_ids(_exact_parts(path, tok, add_bos, workers, progress), out)
 
 
 def vocab_info(tokenizer_json: str | os.PathLike[str]) -> tuple[int, bytes]:

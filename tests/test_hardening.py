@@ -408,21 +408,30 @@ def test_load_help_documents_sigbus(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and "SIGBUS" in out
 
 
-def _replay_outcome(impl_name: str, path: str, in_memory: bool, tokens: list[int]) -> tuple[str, object]:
+def _replay_outcome(
+    impl_name: str, path: str, in_memory: bool, tokens: list[int], mapped_bytes: bool = True
+) -> tuple[str, object]:
     impl = ref if impl_name == "reference" else fast_impl()
+    old = os.environ.get("LOOKUPDEC_MAPPED_BYTES")
+    os.environ["LOOKUPDEC_MAPPED_BYTES"] = "1" if mapped_bytes else "0"  # "0": the mmap-slices fallback
     try:
         static = _pipeline.load_static(impl, path, in_memory=in_memory)
         r = impl.replay(tokens, 8, 4, static, impl.NgramCache())
     except CacheFormatError as e:
         assert path in str(e)  # the error names the file
         return "error", None
+    finally:
+        if old is None:
+            del os.environ["LOOKUPDEC_MAPPED_BYTES"]
+        else:
+            os.environ["LOOKUPDEC_MAPPED_BYTES"] = old
     return "ok", (r.n_drafted, r.n_accept, r.n_predict)
 
 
 def test_every_int32_of_an_index_body_refused_or_same_counts(tmp_path: Path) -> None:
     """Item 3: each 4-byte word of the body (slots .. counts) set to 0, -1 and 2**31-1, one at a
-    time: the reference's reader and the fast path (mapped and loaded) both refuse the file or
-    give the same counts."""
+    time: the reference's reader and the fast path (mapped as bytes, mapped through mmap slices,
+    loaded) all refuse the file or give the same counts."""
     seed = tmp_path / "seed.lkdc"
     make_index(seed)
     original = seed.read_bytes()
@@ -438,7 +447,21 @@ def test_every_int32_of_an_index_body_refused_or_same_counts(tmp_path: Path) -> 
                 _replay_outcome("reference", str(path), False, tokens),
                 _replay_outcome("fast", str(path), False, tokens),
                 _replay_outcome("fast", str(path), True, tokens),
+                _replay_outcome("fast", str(path), False, tokens, mapped_bytes=False),
             ]
-            assert outcomes[0] == outcomes[1] == outcomes[2], (offset, value, outcomes)
+            assert outcomes[0] == outcomes[1] == outcomes[2] == outcomes[3], (offset, value, outcomes)
             seen[outcomes[0][0]] += 1
     assert seen["error"] and seen["ok"]  # both outcomes happen: the test exercises the checks
+
+
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_a_part_that_fails_its_check_fails_every_time(tmp_path: Path, in_memory: bool) -> None:
+    """The fast path remembers looked-up parts (a memo of recent 2-grams): never one that failed."""
+    path = tmp_path / "x.lkdc"
+    make_index(path)
+    _corrupt_count(path)
+    static = fast_impl().load_static(path, in_memory=in_memory)
+    for _ in range(2):
+        with pytest.raises(CacheFormatError, match="count 0"):
+            fast_impl().replay(CORPUS * 3, 8, 4, static, fast_impl().NgramCache())
+    static.close()

@@ -71,3 +71,20 @@ def test_wikitext_hybrid_fast_equals_reference() -> None:
     # and it gains over llama.cpp's rule (1.204 tokens per step, the issue's table) within the waste budget
     assert results[0].tokens_per_step > 1.204
     assert results[0].wasted_per_step <= 2.0
+
+
+@pytest.mark.parametrize("mode", ["mapped", "mapped-slices", "loaded"])
+def test_wikitext_enwiki_10m_index_file(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """The same counts from the ``enwiki_wt.10M`` index file in each way the fast path opens it:
+    mapped as bytes (the default), mapped through mmap slices (where that is unavailable), loaded."""
+    from tests.conftest import fast_impl
+
+    fast = fast_impl()
+    path = tmp_path / "enwiki.lkdc"
+    fast.StaticIndex.from_cache(fast.build_static(tokens(CORPUS))).save(path)
+    monkeypatch.setenv("LOOKUPDEC_MAPPED_BYTES", "0" if mode == "mapped-slices" else "1")
+    with fast.load_static(path, in_memory=mode == "loaded") as static:
+        if mode == "mapped-slices":
+            assert not static._direct
+        result = fast.replay(tokens(REPLAY), 4096, 8, static)
+    assert (result.n_drafted, result.n_accept) == (295500, 48672)

@@ -196,6 +196,36 @@ def test_cli_tokenize(tmp_path: Path) -> None:
 
 
 @needs_vocab
+@pytest.mark.parametrize(("flag", "name"), [(None, "llama-bpe"), ("--add-bos", "phi-3"), ("--no-add-bos", "llama-bpe")])
+def test_cli_create_streams_text(tmp_path: Path, flag: str | None, name: str) -> None:
+    """``create TEXT... --tokenizer VOCAB`` (text tokenized to files, then counted) writes the index of the ids
+    ``Tokenizer.encode`` gives each text, BOS as the flag says, with the vocabulary in the header."""
+    from lookupdec.build import create_index
+    from lookupdec.cli import main
+
+    t = tok(name)
+    wiki = (SHARED_DATA / "wiki.test.raw").read_text(encoding="utf-8")
+    texts = [wiki[:20_000], "<s>x</s> <|begin_of_text|>" + wiki[20_000:32_000]]
+    paths = []
+    for i, text in enumerate(texts):
+        paths.append(tmp_path / f"t{i}.txt")
+        paths[-1].write_text(text, encoding="utf-8")
+    out = tmp_path / "streamed.lkdc"
+    args = ["create", *map(str, paths), "--tokenizer", str(gguf(name)), "-o", str(out), "-q", "--workers", "2"]
+    assert main(args + ([flag] if flag else [])) == 0
+    expected = []
+    for text in texts:
+        ids = t.encode(text, add_special=flag != "--no-add-bos").tolist()
+        if flag == "--add-bos" and ids[:1] != [t.bos_id]:
+            ids = [t.bos_id, *ids]
+        expected.append(np.asarray(ids, dtype=np.int32))
+    assert (flag == "--no-add-bos") == all(e[0] != t.bos_id for e in expected)
+    ref = tmp_path / "from-ids.lkdc"
+    create_index(expected, ref, vocab_size=t.n_vocab, vocab_fingerprint=t.fingerprint)
+    assert out.read_bytes() == ref.read_bytes()
+
+
+@needs_vocab
 def test_cli_stats_refuses_other_vocab(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from lookupdec.cli import main
 

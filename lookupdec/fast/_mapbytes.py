@@ -1,0 +1,202 @@
+"""A memory-mapped file seen as a ``bytes`` object, so compiled code reads it natively.
+
+mypyc reads native integers only out of ``bytes`` (``librt.strings.read_i32_le`` compiles to
+a bounds check and one load); an ``mmap`` goes through slices, one Python object per read,
+which made a mapped static index ~1.3x slower to draft from than one copied into memory
+(docs/performance.md, "The mapped index"). Here the file is mapped read-only, shared, right
+after an anonymous page whose last bytes hold a CPython ``bytes`` object header (reference
+count, type, size, hash): the object's data *is* the mapping. Nothing is copied, opening stays
+O(1), only the pages drafting touches become resident and they are the page cache's, shared
+with every other process mapping the file -- the properties of ``mmap``, at the speed of
+``bytes``.
+
+This leans on CPython's object layout, so :func:`supported` checks it at run time on a test
+object (type, size, data offset, reference count) and refuses on anything else (PyPy,
+free-threaded or debug builds, other platforms than Linux); callers then fall back to
+``mmap`` slices. ``LOOKUPDEC_MAPPED_BYTES=0`` turns it off. The object is never freed by
+Python: its reference count starts at 2**30, so it cannot reach 0. :meth:`MappedBytes.close`
+unmaps only when no reference but the initial count is left; otherwise the mapping stays
+until a later :func:`map_bytes`/``close`` finds it unreferenced (a kept reference to unmapped
+memory would crash the interpreter, an extra mapping costs only address space).
+
+As with any mapping, a file truncated or rewritten in place while mapped can raise SIGBUS;
+lookupdec itself always writes a new file and renames it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import sys
+import sysconfig
+from typing import Final
+
+_PAGE: Final = mmap.PAGESIZE
+# Files of at least this size are mapped at an address that is a multiple of it, so the
+# kernel can map the page cache's 2 MiB folios with one huge-page entry each (FilePmdMapped
+# in /proc/self/smaps; no madvise needed on Linux 6.x): fewer TLB misses on random lookups.
+_HUGE: Final = 2 << 20
+_SYNC_PREFETCH: Final = 64 << 20  # smaller files: MADV_WILLNEED inline (about 0.3 ms), no thread
+_MAP_FIXED: Final = 0x10  # Linux (asm-generic); the mmap module does not export it
+_MAP_FAILED: Final = ctypes.c_void_p(-1).value
+# The reference count the object is born with: far from 0 and below 2**31 (CPython 3.12+
+# reads the low 32 bits as signed to tell immortal objects; 3.14 keeps only 32 bits).
+_BASE_REFS: Final = 1 << 30
+_HEAD: Final = bytes.__basicsize__ - 1  # offset of ob_sval: the header before the data
+
+_pending: list[MappedBytes] = []  # closed, but still referenced when closed: unmapped later
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.restype = ctypes.c_int
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.madvise.restype = ctypes.c_int
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc
+
+
+def _write_header(addr: int, size: int) -> None:
+    """A ``bytes`` header (refcount, type, size, hash) at ``addr``; the data follows at ``addr + _HEAD``."""
+    ctypes.c_ssize_t.from_address(addr).value = _BASE_REFS
+    ctypes.c_void_p.from_address(addr + 8).value = id(bytes)
+    ctypes.c_ssize_t.from_address(addr + 16).value = size
+    ctypes.c_ssize_t.from_address(addr + 24).value = -1  # hash not computed yet
+
+
+def _as_object(addr: int) -> bytes:
+    """A new reference to the object at ``addr``."""
+    obj: bytes = ctypes.cast(ctypes.c_void_p(addr), ctypes.py_object).value
+    return obj
+
+
+def _refs(addr: int) -> int:
+    return ctypes.c_ssize_t.from_address(addr).value
+
+
+def _check_layout() -> bool:
+    """Build a fake ``bytes`` over a ctypes buffer and check CPython sees what was written."""
+    if sys.implementation.name != "cpython" or not sys.platform.startswith("linux"):
+        return False
+    if sysconfig.get_config_var("Py_GIL_DISABLED") or hasattr(sys, "gettotalrefcount"):
+        return False  # free-threaded or debug build: another object header
+    if _HEAD != 32 or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return False
+    payload = b"lookupdec-mapped-bytes\x00"
+    buf = ctypes.create_string_buffer(_HEAD + len(payload) + 1)
+    addr = ctypes.addressof(buf)
+    _write_header(addr, len(payload) - 1)
+    ctypes.memmove(addr + _HEAD, payload, len(payload))
+    obj = _as_object(addr)
+    try:
+        ok = (
+            type(obj) is bytes
+            and len(obj) == len(payload) - 1
+            and obj == payload[:-1]
+            and hash(obj) == hash(payload[:-1])
+            and _refs(addr) == _BASE_REFS + 1
+        )
+    finally:
+        del obj
+    return ok and _refs(addr) == _BASE_REFS
+
+
+_LIBC: Final = _libc()
+_SUPPORTED: Final = _LIBC is not None and _check_layout()
+
+
+def supported() -> bool:
+    """Whether files can be mapped as ``bytes`` here (and ``LOOKUPDEC_MAPPED_BYTES`` is not ``0``)."""
+    return _SUPPORTED and os.environ.get("LOOKUPDEC_MAPPED_BYTES", "1") != "0"
+
+
+class MappedBytes:
+    """A read-only shared mapping of a whole file, exposed as :attr:`data` (a ``bytes``)."""
+
+    def __init__(self, base: int, length: int, start: int, size: int) -> None:
+        self._base = base
+        self._length = length
+        self._start = start  # address of the file's first byte
+        self.size = size
+        self._obj = start - _HEAD
+        self.data: bytes = _as_object(self._obj)
+
+    def advise(self, advice: int) -> bool:
+        """``madvise`` the file's pages (e.g. ``mmap.MADV_WILLNEED``); False if refused."""
+        if _LIBC is None or not self._base:
+            return False
+        return bool(_LIBC.madvise(self._start, max(self.size, 1), advice) == 0)
+
+    def prefetch(self) -> None:
+        """Ask the kernel to read the whole file into the page cache, in a background thread.
+
+        ``MADV_WILLNEED`` starts readahead without waiting for it, but walking the page cache
+        of a large file still takes milliseconds (~0.16 ms for 33 MB when cached), so opening
+        does not wait for it. Lookups that come first fault their pages in as usual.
+        """
+        import threading
+
+        advice = getattr(mmap, "MADV_WILLNEED", None)
+        if advice is None:
+            return
+        if self.size < _SYNC_PREFETCH:
+            self.advise(advice)  # cheaper than starting a thread
+            return
+        threading.Thread(target=self.advise, args=(advice,), name="lookupdec-prefetch", daemon=True).start()
+
+    def close(self) -> bool:
+        """Drop :attr:`data`; unmap now if nothing else references it (True), else later (False)."""
+        if not self._base:
+            return True
+        self.data = b""
+        if _refs(self._obj) != _BASE_REFS:
+            if self not in _pending:
+                _pending.append(self)
+            return False
+        assert _LIBC is not None
+        _LIBC.munmap(self._base, self._length)
+        self._base = 0
+        if self in _pending:
+            _pending.remove(self)
+        return True
+
+
+def _sweep() -> None:
+    """Unmap the closed mappings that nothing references any more."""
+    for m in list(_pending):
+        m.close()
+
+
+def map_bytes(fd: int, size: int) -> MappedBytes | None:
+    """Map the ``size``-byte file open as ``fd`` as a ``bytes``; None when not :func:`supported`.
+
+    Raises ``OSError`` when the kernel refuses the mapping.
+    """
+    if not supported() or size <= 0:
+        return None
+    _sweep()
+    assert _LIBC is not None
+    # One header page, the file, and at least one byte more (zero) for the NUL that ``bytes``
+    # data always ends with: reserved anonymous first (with room to align the file's start),
+    # then the file mapped over it. Untouched reserved pages cost address space only.
+    align = _HUGE if size >= _HUGE else _PAGE
+    length = _PAGE + (size + 1 + _PAGE - 1) // _PAGE * _PAGE + (align - _PAGE)
+    rw = mmap.PROT_READ | mmap.PROT_WRITE
+    base = _LIBC.mmap(None, length, rw, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    if base is None or base == _MAP_FAILED:
+        e = ctypes.get_errno()
+        raise OSError(e, f"mmap of {length} anonymous bytes: {os.strerror(e)}")
+    start = (base + _PAGE + align - 1) // align * align
+    got = _LIBC.mmap(start, size, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, 0)
+    if got != start:
+        e = ctypes.get_errno()
+        _LIBC.munmap(base, length)
+        raise OSError(e, f"mmap of the file ({size} bytes): {os.strerror(e)}")
+    _write_header(start - _HEAD, size)
+    return MappedBytes(base, length, start, size)

@@ -1,0 +1,434 @@
+"""Peer drafters replayed with lookupdec's own protocol: tokens per step on WikiText and held-out text.
+
+Issue 13 compares the hybrid policy with the drafters other engines ship. This script replays
+the two sets of ``perf.bench_policy`` (``wikitext``: WikiText-103 test with the static index of
+``enwiki_wt.10M``; ``heldout``: the second half of ``enwiki_wt.10M`` with the first half as the
+static corpus) with each peer, in exactly the loop of ``lookupdec.reference.replay`` (spec 8.2,
+llama-lookup-stats): the text is cut into ``n_ctx`` chunks while ``i_start + n_ctx < len``; each
+chunk is one request whose first token is given; every step drafts (up to ``k`` tokens), accepts
+the drafted tokens that equal the text (not past the chunk end), then appends the true next token
+(the "sampled" one) unless the chunk is full; drafted tokens past the chunk end still count.
+
+Peers (``--peers``, comma-separated):
+
+- ``llama``: llama.cpp's rule with the static index, lookupdec's own ``replay`` (the baseline);
+- ``hf``: Hugging Face prompt lookup, transformers' own ``PromptLookupCandidateGenerator``
+  (``max_matching_ngram_size=2``, ``num_output_tokens=k``) called on the request's token tensor;
+- ``vllm``, ``vllm25``: vLLM's ngram proposer, defaults (``prompt_lookup_min = max = 5``) and
+  n = 2..5, reimplemented (vLLM is not a dependency; :class:`VllmNgram` says what it follows);
+- ``suffix``, ``suffix+corpus``: SuffixDecoding, Arctic Inference's own ``SuffixDecodingCache``
+  (its defaults, ``max_spec_tokens=k``), driven as its ``simulator.py`` drives it; ``+corpus``
+  first adds the static corpus as one earlier response; ``suffix4``, ``suffix4+corpus`` (only when
+  asked for) the same with ``max_spec_factor=4``. Needs the ``arctic_inference.suffix_decoding``
+  extension on ``PYTHONPATH`` (perf/README.md, "Peers": how to build it).
+
+A peer whose package is not importable is skipped with a message.
+
+    python -m perf.peers                                  # both sets, every peer
+    python -m perf.peers --sets wikitext --peers hf,vllm --json results/peers.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from lookupdec.result import ReplayResult
+from perf._common import N_CTX, N_DRAFT, REPLAY_FILE, STATIC_FILE, data_dir
+
+ProgressCallback = Callable[[int, int], None]
+"""Called as ``progress(tokens_done, tokens_total)`` after every chunk."""
+
+PEERS = ("llama", "hf", "vllm", "vllm25", "suffix", "suffix+corpus")
+"""The issue's table, the default ``--peers``."""
+EXTRA_PEERS = ("suffix4", "suffix4+corpus")
+"""Only on request: SuffixDecoding with ``max_spec_factor=4`` (the issue's "length factor of 4")."""
+SETS = ("wikitext", "heldout")
+# Large enough that an engine's own length limit never cuts a draft: the lookup-stats protocol
+# counts drafts past the chunk end, and a request's model context is not the chunk.
+NO_LIMIT = 1 << 30
+
+
+class PeerUnavailable(Exception):
+    """The package a peer needs is not importable."""
+
+
+class PeerDrafter(Protocol):
+    """What the replay loop drives: one request at a time, like an engine's drafter."""
+
+    def begin(self, prompt: list[int]) -> None:
+        """A new request starts with ``prompt`` (the chunk's first token)."""
+
+    def propose(self, out: list[int]) -> list[int]:
+        """The draft for the next step; ``out`` is the request's tokens so far."""
+
+    def observe(self, new_tokens: list[int]) -> None:
+        """The step's outcome: the accepted drafted tokens, then the sampled one (if any)."""
+
+    def end(self) -> None:
+        """The request is finished."""
+
+
+def replay_peer(
+    tokens: Sequence[int],
+    drafter: PeerDrafter,
+    n_ctx: int = N_CTX,
+    n_draft: int = N_DRAFT,
+    name: str = "peer",
+    progress: ProgressCallback | None = None,
+) -> ReplayResult:
+    """Replay ``tokens`` with ``drafter`` in the llama-lookup-stats loop of ``lookupdec.reference.replay``.
+
+    Chunking, acceptance and counting are those of ``replay`` (spec 8.2): only the drafting
+    differs. A draft longer than ``n_draft`` is an error in the peer's configuration.
+    ``t_draft_s`` times ``propose`` and ``observe`` (drafting and the drafter's updates).
+    """
+    if n_ctx < 1:
+        raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
+    if n_draft < 0:
+        raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+    tokens = list(tokens)
+    total = len(tokens)
+    n_drafted = n_accept = n_steps = 0
+    t_draft = 0.0
+    i_start = 0
+    while i_start + n_ctx < total:
+        chunk = tokens[i_start : i_start + n_ctx]
+        out = [chunk[0]]
+        drafter.begin([chunk[0]])
+        while len(out) < n_ctx:
+            n_steps += 1
+            t0 = time.perf_counter()
+            proposal = drafter.propose(out)
+            t_draft += time.perf_counter() - t0
+            if len(proposal) > n_draft:
+                raise ValueError(f"{name}: drafted {len(proposal)} tokens, more than n_draft = {n_draft}")
+            n_drafted += len(proposal)  # drafts past the chunk end count too
+            start = len(out)
+            for token in proposal:
+                if len(out) >= n_ctx or chunk[len(out)] != token:
+                    break
+                out.append(token)
+            n_accept += len(out) - start
+            if len(out) < n_ctx:  # the "sampled" token is the ground truth
+                out.append(chunk[len(out)])
+            t0 = time.perf_counter()
+            drafter.observe(out[start:])
+            t_draft += time.perf_counter() - t0
+        drafter.end()
+        i_start += n_ctx
+        if progress is not None:
+            progress(min(i_start, total), total)
+    # The fields in ReplayResult's order: n_ctx, n_draft, n_tokens, n_predict (as llama.cpp prints
+    # it), n_drafted, n_accept, t_draft_s, n_steps, policy.
+    return ReplayResult(n_ctx, n_draft, total, total - total % n_ctx, n_drafted, n_accept, t_draft, n_steps, name)
+
+
+# --- the peers ------------------------------------------------------------------------------
+
+
+class HFPromptLookup:
+    """Hugging Face prompt lookup: transformers' own ``PromptLookupCandidateGenerator.get_candidates``.
+
+    (``transformers/generation/candidate_generator.py``, transformers 5.24.0: for n from
+    ``max_matching_ngram_size`` down to 1, the leftmost earlier occurrence of the last n tokens
+    that has a continuation; up to ``num_output_tokens`` tokens after it.)
+
+    Its call contract needs only the ``(1, length)`` token tensor (no model): it returns the
+    input with the candidates appended. The request's tokens live in one preallocated tensor
+    whose prefix is passed, so each step costs only HF's own matching. ``max_length`` is set
+    out of reach (:data:`NO_LIMIT`): the protocol drafts up to the chunk end and beyond.
+    """
+
+    def __init__(self, n_draft: int, n_ctx: int, max_ngram: int = 2) -> None:
+        try:
+            import torch
+            from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+        except ImportError as e:
+            raise PeerUnavailable(f"transformers/torch not importable ({e})") from e
+        # One thread: the replays are single-threaded by design (a shared 2-core machine), and
+        # HF's matching on <= 4096 tokens gains nothing from more.
+        torch.set_num_threads(1)
+        self._torch = torch
+        # Any: HF annotates LongTensor, which torch's stubs do not give for a slice of a long tensor.
+        self._gen: Any = PromptLookupCandidateGenerator(
+            num_output_tokens=n_draft, max_matching_ngram_size=max_ngram, max_length=NO_LIMIT
+        )
+        self._buf = torch.zeros((1, n_ctx + n_draft + 1), dtype=torch.long)
+        self._len = 0
+
+    def begin(self, prompt: list[int]) -> None:
+        self._len = 0
+        self.observe(prompt)
+
+    def propose(self, out: list[int]) -> list[int]:
+        if len(out) != self._len:
+            raise AssertionError(f"hf: the request has {len(out)} tokens, the tensor {self._len}")
+        candidates, _ = self._gen.get_candidates(self._buf[:, : self._len])
+        result: list[int] = candidates[0, self._len :].tolist()
+        return result
+
+    def observe(self, new_tokens: list[int]) -> None:
+        n = len(new_tokens)
+        if n:
+            self._buf[0, self._len : self._len + n] = self._torch.tensor(new_tokens, dtype=self._torch.long)
+            self._len += n
+
+    def end(self) -> None:
+        self._len = 0
+
+
+class VllmNgram:
+    """vLLM's ngram proposer (``NgramProposer``), reimplemented: vLLM is not a dependency here.
+
+    The rule followed is ``_find_longest_matched_ngram_and_propose_tokens`` in
+    ``vllm/v1/spec_decode/ngram_proposer.py`` (vllm-project/vllm @ 016e8ede870e3c087fdcdfb36ed3622112712f10):
+    within the request's own tokens, find the longest n in ``min_n..max_n`` whose last-n-token
+    suffix occurs earlier, ending before the last token (occurrences may overlap the suffix);
+    of its occurrences take the *earliest*; propose the up to ``k`` tokens that follow it (fewer
+    when the sequence ends first; none when the sequence is shorter than ``min_n``; ``k`` also
+    capped by ``max_model_len - len``). vLLM finds it with a KMP scan over the reversed tokens on
+    every step; here the first occurrence of every n-gram is kept in a dict as tokens arrive (the
+    first occurrence never changes), which gives the same draft. tests/test_peers.py checks it
+    against a brute-force scan of the rule.
+    """
+
+    def __init__(self, min_n: int, max_n: int, k: int, max_model_len: int = NO_LIMIT) -> None:
+        if not 1 <= min_n <= max_n:
+            raise ValueError(f"vllm: need 1 <= min_n <= max_n, got {min_n}..{max_n}")
+        self.min_n, self.max_n, self.k, self.max_model_len = min_n, max_n, k, max_model_len
+        self._seq: list[int] = []
+        self._first: list[dict[tuple[int, ...], int]] = [{} for _ in range(max_n + 1)]
+
+    def begin(self, prompt: list[int]) -> None:
+        self._seq = []
+        self._first = [{} for _ in range(self.max_n + 1)]
+        self.observe(prompt)
+
+    def propose(self, out: list[int]) -> list[int]:
+        seq = self._seq
+        total = len(seq)
+        if total != len(out):
+            raise AssertionError(f"vllm: the request has {len(out)} tokens, the drafter {total}")
+        k = min(self.k, self.max_model_len - total)
+        if total < self.min_n or k <= 0:
+            return []
+        for n in range(min(self.max_n, total - 1), self.min_n - 1, -1):
+            start = self._first[n].get(tuple(seq[total - n :]))
+            if start is not None:
+                return seq[start + n : start + n + k]
+        return []
+
+    def observe(self, new_tokens: list[int]) -> None:
+        seq = self._seq
+        old = len(seq)
+        seq.extend(new_tokens)
+        # An occurrence ending at index e is usable once a token follows it (e <= len - 2).
+        for e in range(max(old - 1, 0), len(seq) - 1):
+            for n in range(self.min_n, min(self.max_n, e + 1) + 1):
+                self._first[n].setdefault(tuple(seq[e - n + 1 : e + 1]), e - n + 1)
+
+    def end(self) -> None:
+        self._seq = []
+
+
+def import_suffix_cache() -> Any:
+    """Arctic Inference's ``SuffixDecodingCache`` class, or :class:`PeerUnavailable`."""
+    try:
+        from arctic_inference.suffix_decoding import SuffixDecodingCache
+    except ImportError as e:
+        raise PeerUnavailable(
+            f"arctic_inference.suffix_decoding not importable ({e}); build it as perf/README.md ('Peers') says"
+        ) from e
+    return SuffixDecodingCache
+
+
+class SuffixDecoding:
+    """SuffixDecoding: Arctic Inference's own ``SuffixDecodingCache``, driven as its ``simulator.py`` does.
+
+    Each request: ``start_request(id, prompt)``; every step ``speculate(id, prompt + response,
+    max_spec_tokens=k)`` with the cache's defaults otherwise (``max_tree_depth`` 64,
+    ``max_spec_factor`` 1, ``max_spec_offset`` 0, ``min_token_prob`` 0.1, a path, not a tree),
+    then ``add_active_response(id, accepted + sampled)``; at the end ``stop_request(id)`` (its
+    response stays in the global tree for later requests). ``corpus`` is added first as one
+    earlier request's response (``start_request``/``add_active_response``/``stop_request``, as
+    the simulator adds its training examples).
+    """
+
+    def __init__(self, n_draft: int, n_ctx: int, corpus: Sequence[int] | None = None, **speculate: Any) -> None:
+        cls = import_suffix_cache()
+        self._cache = cls()
+        self._k = n_draft
+        self._speculate = speculate
+        self._depth: int = self._cache.max_tree_depth
+        self._buf = np.zeros(n_ctx + n_draft + 1, dtype=np.int32)
+        self._len = 0
+        self._req = 0
+        if corpus is not None:
+            self._cache.start_request(-1, np.zeros(0, dtype=np.int32))
+            self._cache.add_active_response(-1, np.ascontiguousarray(corpus, dtype=np.int32))
+            self._cache.stop_request(-1)
+
+    def begin(self, prompt: list[int]) -> None:
+        self._req += 1
+        n = len(prompt)
+        self._buf[:n] = prompt
+        self._len = n
+        self._cache.start_request(self._req, self._buf[:n].copy())
+
+    def propose(self, out: list[int]) -> list[int]:
+        if len(out) != self._len:
+            raise AssertionError(f"suffix: the request has {len(out)} tokens, the buffer {self._len}")
+        # The cache itself keeps only the last max_tree_depth tokens of the context; cutting here
+        # first only saves passing the whole request.
+        context = self._buf[max(0, self._len - self._depth) : self._len]
+        draft = self._cache.speculate(self._req, context, max_spec_tokens=self._k, **self._speculate)
+        result: list[int] = list(draft.token_ids)
+        return result
+
+    def observe(self, new_tokens: list[int]) -> None:
+        n = len(new_tokens)
+        self._buf[self._len : self._len + n] = new_tokens
+        self._len += n
+        self._cache.add_active_response(self._req, new_tokens)
+
+    def end(self) -> None:
+        self._cache.stop_request(self._req)
+
+
+# --- the sets -------------------------------------------------------------------------------
+
+
+def read_tokens(path: Path) -> list[int]:
+    """A raw little-endian int32 token file as a list."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: token file not found (set LOOKUPDEC_DATA)")
+    return list(np.fromfile(path, dtype="<i4").tolist())
+
+
+def load_set(name: str, d: Path) -> tuple[list[int], list[int]]:
+    """``(replayed tokens, static corpus)`` of a set, as ``perf.bench_policy`` defines them."""
+    corpus = read_tokens(d / STATIC_FILE)
+    if name == "wikitext":
+        return read_tokens(d / REPLAY_FILE), corpus
+    if name == "heldout":
+        half = len(corpus) // 2
+        return corpus[half:], corpus[:half]
+    raise ValueError(f"unknown set {name!r} (known: {', '.join(SETS)})")
+
+
+def llama_replay(replay: list[int], corpus: list[int], cache: Path, name: str) -> ReplayResult:
+    """llama.cpp's rule with the corpus's static index: lookupdec's fast ``replay``."""
+    from lookupdec import fast
+
+    path = cache / f"{name}.static.lkdc"
+    if not path.exists():
+        fast.StaticIndex.from_cache(fast.build_static(corpus)).save(path)
+    result: ReplayResult = fast.replay(replay, N_CTX, N_DRAFT, fast.load_static(str(path)), None, None, "llama")
+    return result
+
+
+def make_drafter(peer: str, corpus: list[int]) -> PeerDrafter:
+    """The drafter of one peer name (:data:`PEERS`, not ``llama``); may raise :class:`PeerUnavailable`."""
+    if peer == "hf":
+        return HFPromptLookup(N_DRAFT, N_CTX)
+    if peer == "vllm":
+        return VllmNgram(5, 5, N_DRAFT)
+    if peer == "vllm25":
+        return VllmNgram(2, 5, N_DRAFT)
+    if peer == "suffix":
+        return SuffixDecoding(N_DRAFT, N_CTX)
+    if peer == "suffix+corpus":
+        return SuffixDecoding(N_DRAFT, N_CTX, corpus)
+    if peer == "suffix4":
+        return SuffixDecoding(N_DRAFT, N_CTX, max_spec_factor=4.0)
+    if peer == "suffix4+corpus":
+        return SuffixDecoding(N_DRAFT, N_CTX, corpus, max_spec_factor=4.0)
+    raise ValueError(f"unknown peer {peer!r} (known: {', '.join(PEERS + EXTRA_PEERS)})")
+
+
+def row(set_name: str, peer: str, r: ReplayResult, setup_s: float) -> dict[str, Any]:
+    """One result row (JSON and table)."""
+    return {
+        "set": set_name,
+        "peer": peer,
+        "n_tokens": r.n_tokens,
+        "n_steps": r.n_steps,
+        "n_accept": r.n_accept,
+        "n_drafted": r.n_drafted,
+        "tokens_per_step": r.tokens_per_step,
+        "wasted_per_step": r.wasted_per_step,
+        "us_per_step": 1e6 * r.t_draft_s / r.n_steps if r.n_steps else 0.0,
+        "setup_s": setup_s,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m perf.peers", description=__doc__.split("\n\n")[0])
+    p.add_argument("--sets", default=",".join(SETS), help="comma-separated: " + ", ".join(SETS))
+    p.add_argument(
+        "--peers",
+        default=",".join(PEERS),
+        help="comma-separated: " + ", ".join(PEERS + EXTRA_PEERS) + " (default: the first six)",
+    )
+    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    p.add_argument("--cache-dir", metavar="DIR", help="where llama's static index files are kept (default: a temp dir)")
+    args = p.parse_args(argv)
+    peers = [x for x in args.peers.split(",") if x]
+    sets = [x for x in args.sets.split(",") if x]
+    for peer in peers:
+        if peer not in PEERS + EXTRA_PEERS:
+            p.error(f"unknown peer {peer!r} (known: {', '.join(PEERS + EXTRA_PEERS)})")
+    for s in sets:
+        if s not in SETS:
+            p.error(f"unknown set {s!r} (known: {', '.join(SETS)})")
+    d = data_dir()
+    cache = Path(args.cache_dir) if args.cache_dir else Path(tempfile.mkdtemp(prefix="lookupdec-peers-"))
+    cache.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for set_name in sets:
+        replay, corpus = load_set(set_name, d)
+        for peer in peers:
+            t0 = time.perf_counter()
+            if peer == "llama":
+                r = llama_replay(replay, corpus, cache, set_name)
+                setup = 0.0
+            else:
+                try:
+                    drafter = make_drafter(peer, corpus)
+                except PeerUnavailable as e:
+                    print(f"perf.peers: skipping {peer}: {e}", file=sys.stderr)
+                    continue
+                setup = time.perf_counter() - t0
+                r = replay_peer(replay, drafter, name=peer)
+                del drafter  # a SuffixDecoding cache over a corpus holds GBs
+            rows.append(row(set_name, peer, r, setup))
+            x = rows[-1]
+            print(
+                f"perf.peers: {set_name} {peer}: {x['tokens_per_step']:.4f} tokens/step "
+                f"({time.perf_counter() - t0:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+    print("| set | peer | tokens/step | accepted | drafted | wasted/step | steps | µs/step |")
+    print("|---|---|---|---|---|---|---|---|")
+    for x in rows:
+        print(
+            f"| {x['set']} | {x['peer']} | {x['tokens_per_step']:.4f} | {x['n_accept']:,} | {x['n_drafted']:,} | "
+            f"{x['wasted_per_step']:.3f} | {x['n_steps']:,} | {x['us_per_step']:.1f} |"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The mapped file seen as ``bytes`` (lookupdec.fast._mapbytes) and the static index opened through it.
+
+The index's mapped mode reads the file as one ``bytes`` whose data is the mapping (issue 10
+item 4: drafting from the mapped index at the loaded index's speed); where that is not
+available (``LOOKUPDEC_MAPPED_BYTES=0`` here) it falls back to ``mmap`` slices. Both must
+draft exactly as the reference does, and a reference kept past ``close()`` must stay readable.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lookupdec import reference as ref
+from lookupdec.fast import _mapbytes
+from tests.conftest import DEMO_DATA, fast_impl
+from tests.test_hardening import make_index
+
+pytestmark = pytest.mark.skipif(not _mapbytes.supported(), reason="mapped bytes need CPython on Linux")
+
+
+def _map(path: Path) -> _mapbytes.MappedBytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        mb = _mapbytes.map_bytes(fd, path.stat().st_size)
+    finally:
+        os.close(fd)  # the mapping outlives the descriptor
+    assert mb is not None
+    return mb
+
+
+@pytest.fixture
+def no_mapped_bytes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("LOOKUPDEC_MAPPED_BYTES", "0")
+    yield
+
+
+@pytest.mark.parametrize("size", [1, 31, 4095, 4096, 4097, 3 * 4096, 3 * 4096 + 17, 2 << 20, (2 << 20) + 5])
+def test_view_is_the_file(tmp_path: Path, size: int) -> None:
+    """Sizes around page boundaries: same bytes, same length, a NUL after the data, usable as bytes."""
+    data = os.urandom(size)
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    mb = _map(path)
+    view = mb.data
+    assert type(view) is bytes
+    assert len(view) == size and view == data and view[-1:] == data[-1:]
+    assert hash(view) == hash(data)
+    assert view[size // 2 : size // 2 + 8] == data[size // 2 : size // 2 + 8]
+    assert view + b"x" == data + b"x"
+    with pytest.raises(TypeError):
+        view[0] = 1  # type: ignore[index]
+    start = id(view) + bytes.__basicsize__ - 1  # the data's address (CPython)
+    assert start % (2 << 20 if size >= 2 << 20 else 4096) == 0  # huge-page aligned when big enough
+    mb.prefetch()  # MADV_WILLNEED: a hint, nothing changes
+    assert view == data
+    del view
+    assert mb.close()  # nothing else references it: unmapped at once
+
+
+def test_a_kept_reference_outlives_close(tmp_path: Path) -> None:
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"0123456789" * 1000)
+    mb = _map(path)
+    kept = mb.data
+    assert not mb.close()  # still referenced: left mapped
+    assert mb in _mapbytes._pending
+    assert kept[:10] == b"0123456789" and len(kept) == 10_000
+    del kept
+    gc.collect()
+    _mapbytes._sweep()  # what the next map_bytes does
+    assert mb not in _mapbytes._pending
+
+
+def test_off_switch(tmp_path: Path, no_mapped_bytes: None) -> None:
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"abc")
+    assert not _mapbytes.supported()
+    with open(path, "rb") as f:
+        assert _mapbytes.map_bytes(f.fileno(), 3) is None
+
+
+def _counts(static: object, tokens: list[int], impl: object) -> tuple[int, int, int]:
+    r = impl.replay(tokens, 512, 8, static)  # type: ignore[attr-defined]
+    return (r.n_drafted, r.n_accept, r.n_predict)
+
+
+def test_mapped_modes_draft_as_the_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same index mapped as bytes, mapped through mmap slices and loaded: the reference's counts."""
+    from lookupdec import _pipeline
+
+    fast = fast_impl()
+    corpus = np.fromfile(DEMO_DATA / "enwiki_wt.demo.llama3.bin", dtype="<i4")[:50_000].tolist()
+    tokens = np.fromfile(DEMO_DATA / "wiki.test.demo.llama3.bin", dtype="<i4")[:3_000].tolist()
+    path = tmp_path / "x.lkdc"
+    make_index(path, corpus)
+    want = _counts(_pipeline.load_static(ref, str(path)), tokens, ref)
+    got = {}
+    for mode in ("view", "mmap", "loaded"):
+        monkeypatch.setenv("LOOKUPDEC_MAPPED_BYTES", "0" if mode == "mmap" else "1")
+        ix = _pipeline.load_static(fast, str(path), in_memory=mode == "loaded")
+        assert ix._direct == (mode != "mmap") and ix.in_memory == (mode == "loaded")
+        got[mode] = _counts(ix, tokens, fast)
+        assert ix.to_bytes() == path.read_bytes()
+        ix.verify()
+        ix.close()
+        if mode == "loaded":
+            assert ix.get((corpus[0], corpus[1])) == {}
+        else:  # never a read of unmapped memory
+            with pytest.raises(ValueError, match="closed"):
+                ix.get((corpus[0], corpus[1]))
+    assert got == {"view": want, "mmap": want, "loaded": want}
+
+
+def test_closed_view_index_keeps_returned_bytes_valid(tmp_path: Path) -> None:
+    fast = fast_impl()
+    path = tmp_path / "x.lkdc"
+    make_index(path)
+    ix = fast.StaticIndex.open(path)
+    assert ix._view is not None
+    whole = ix.to_bytes()
+    ix.close()
+    assert whole == path.read_bytes()  # a copy, not the unmapped pages
