@@ -236,8 +236,7 @@ class Drafter:
             ids = [operator.index(t) for t in corpus]
             self._check_ids(ids, "corpus token")
             state: Any = self._hybrid  # the implementation's HybridState (policy is "hybrid" here)
-            state.begin_request()  # the corpus is one earlier request of the history
-            state.sync(ids)
+            state.history.add_corpus(ids)  # one earlier request of the history
         self._hybrid_owner: Request | None = None
         self._hybrid_waiting: list[list[int]] = []
 

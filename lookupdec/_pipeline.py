@@ -249,15 +249,28 @@ def replay_stats(
     verify: bool = False,
     progress: ProgressCallback | None = None,
     policy: str = "llama",
+    corpus: Sequence[int] | None = None,
 ) -> dict[str, Any]:
-    """Load the caches, replay ``tokens`` like llama-lookup-stats, and return the ``stats --json`` fields."""
+    """Load the caches, replay ``tokens`` like llama-lookup-stats, and return the ``stats --json`` fields.
+
+    ``corpus`` (hybrid only): token ids put in the hybrid policy's history first, as one earlier
+    request (what ``Drafter(policy="hybrid", corpus=ids)`` does; in memory, not timed in ``t_draft``).
+    """
     from lookupdec.formats import detect_format
 
+    if corpus is not None and policy != "hybrid":
+        raise ValueError("a corpus is matched by the hybrid policy: give it with policy='hybrid'")
     t0 = time.perf_counter()
     nc_static = load_static(impl, static, in_memory=in_memory, verify=verify) if static is not None else None
     nc_dynamic = load_dynamic(impl, dynamic)
     t_load = time.perf_counter() - t0
-    result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress, policy)
+    history = None
+    t0 = time.perf_counter()
+    if corpus is not None:
+        history = impl.SuffixHistory()
+        history.add_corpus(corpus)  # one earlier request
+    t_corpus = time.perf_counter() - t0
+    result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress, policy, history)
     t_draft = result.t_draft_s
     return {
         "policy": result.policy,
@@ -274,6 +287,8 @@ def replay_stats(
         "us_per_step": 1e6 * t_draft / result.n_steps if result.n_steps else 0.0,
         "t_draft_ms": 1e3 * t_draft,
         "t_load_ms": 1e3 * t_load,
+        "corpus_tokens": len(corpus) if corpus is not None else None,
+        "t_corpus_ms": 1e3 * t_corpus if corpus is not None else None,
         "t_draft_flat_ms": 1e3 * t_load,
         "us_per_drafted_token": result.us_per_drafted_token,
         "tokens_per_second": result.n_drafted / t_draft if t_draft > 0 else 0.0,

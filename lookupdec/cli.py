@@ -314,7 +314,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
     require_file(args.replay, "replay text")
     if args.static is not None:
         require_file(args.static, "static cache, -lcs")
+    if args.corpus is not None:
+        if args.policy != "hybrid":
+            raise UsageError("--corpus is matched by the hybrid policy: give it with --policy hybrid")
+        require_file(args.corpus, "corpus, --corpus")
     tokens = _load_replay(args, args.replay)
+    corpus = _load_replay(args, args.corpus) if args.corpus is not None else None
     if args.tokenizer is not None:
         from lookupdec.tokens import vocab_info
 
@@ -335,8 +340,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
             verify=args.verify,
             progress=progress,
             policy=args.policy,
+            corpus=corpus,
         )
     stats["replay"] = args.replay
+    stats["corpus"] = args.corpus
     if len(tokens) <= args.n_ctx:
         # llama-lookup-stats replays chunks while start + n_ctx < n_tokens: none here. Keep
         # its counts (all zero), but say why, since exit 0 with zeros looks like a result.
@@ -770,6 +777,7 @@ def build_parser() -> argparse.ArgumentParser:
             lookupdec stats --tokens wiki.test.raw.llama3.bin -lcs enwiki.lkdc -c 4096 --n-draft 8
             lookupdec stats wiki.test.raw --tokenizer tokenizer.json -lcs static.bin --json
             lookupdec stats wiki.test.raw.llama3.bin -lcs enwiki.lkdc --policy hybrid --json
+            lookupdec stats wiki.test.raw.llama3.bin -lcs enwiki.lkdc --policy hybrid --corpus enwiki_wt.10M.llama3.bin
             """,
         func=cmd_stats,
     )
@@ -789,6 +797,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="drafting policy: 'llama' is llama.cpp's rule, exactly (default); 'hybrid' continues its drafts "
         "with the longest suffix match over the chunks replayed so far (more tokens per step, more drafted; "
         "see README 'The hybrid policy')",
+    )  # fmt: skip
+    p.add_argument(
+        "--corpus", metavar="CORPUS",
+        help="hybrid only: put this text (read like REPLAY, e.g. the static index's corpus) into the hybrid "
+        "policy's history first, as one earlier request, so the suffix match follows it too (held in memory, "
+        "about 8 bytes per token plus its bigram table; what Drafter(policy='hybrid', corpus=ids) does)",
     )  # fmt: skip
     p.add_argument(
         "--load", action="store_true",

@@ -60,8 +60,7 @@ def static_index(fast: Any, corpus: list[int], path: Path) -> Any:
 def corpus_history(fast: Any, corpus: list[int]) -> Any:
     """A fresh hybrid history holding ``corpus`` as one earlier request."""
     history = fast.SuffixHistory()
-    history.add_separator()
-    history.extend(corpus)
+    history.add_corpus(corpus)
     return history
 
 

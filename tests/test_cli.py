@@ -735,6 +735,37 @@ def test_stats_policy_hybrid(capsys: pytest.CaptureFixture[str], files: dict[str
     assert results["hybrid"]["n_accept"] >= results["llama"]["n_accept"]
 
 
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+def test_stats_corpus_in_history(capsys: pytest.CaptureFixture[str], files: dict[str, str], impl: str) -> None:
+    # --corpus puts the corpus into the hybrid history first, as one earlier request: the
+    # replay's counts are those of replay(..., policy="hybrid", history=...) holding it
+    code, out, err = run(
+        capsys, "stats", files["replay"], "-c", "512", "--json", "--policy", "hybrid", "--impl", impl,
+        "--corpus", files["corpus"],
+    )  # fmt: skip
+    assert code == 0, err
+    stats = json.loads(out)
+    m = lookupdec.implementation(impl)
+    corpus = np.fromfile(files["corpus"], dtype="<i4").tolist()
+    history = m.SuffixHistory()
+    history.add_separator()
+    history.extend(corpus)
+    tokens = np.fromfile(files["replay"], dtype="<i4").tolist()
+    want = m.replay(tokens, 512, 8, None, None, None, "hybrid", history)
+    without = m.replay(tokens, 512, 8, None, None, None, "hybrid")
+    assert (stats["n_steps"], stats["n_accept"], stats["n_drafted"]) == (want.n_steps, want.n_accept, want.n_drafted)
+    assert (want.n_accept, want.n_drafted) != (without.n_accept, without.n_drafted)  # the corpus made a difference
+    assert stats["corpus"] == files["corpus"] and stats["corpus_tokens"] == len(corpus)
+
+
+def test_stats_corpus_needs_hybrid_and_a_file(capsys: pytest.CaptureFixture[str], files: dict[str, str]) -> None:
+    code, _, err = run(capsys, "stats", files["replay"], "--corpus", files["corpus"])
+    assert_clean_error(code, err, "--corpus", "--policy hybrid")
+    missing = str(Path(files["dir"]) / "missing.bin")
+    code, _, err = run(capsys, "stats", files["replay"], "--policy", "hybrid", "--corpus", missing)
+    assert_clean_error(code, err, "missing.bin")
+
+
 def test_stats_policy_text_and_bad_choice(capsys: pytest.CaptureFixture[str], files: dict[str, str]) -> None:
     code, out, err = run(capsys, "stats", files["replay"], "-c", "512", "--policy", "hybrid")
     assert code == 0, err

@@ -117,7 +117,55 @@ class HybridTests(ImplTests):
         assert self.propose(s, [100, 101], 0) == []
 
     def test_longest_match_wins_over_newer(self) -> None:
+        # (7, 8) occurs twice: the older occurrence matches 4 tokens (4, 5, 7, 8), the newer 2;
+        # 2 < 4 - MATCH_SLACK, so only the older one is followed
+        s = self.state([4, 5, 7, 8, 1], [6, 7, 8, 2])
+        assert self.propose(s, [4, 5, 7, 8], 1) == [1]
+        # matches of 3 and 2 tokens: with no slack only the longest is followed
+        s = self.state([5, 7, 8, 1], [6, 7, 8, 2], match_slack=0)
+        assert self.propose(s, [5, 7, 8], 1) == [1]
+
+    def test_one_token_shorter_matches_vote(self) -> None:
+        # the older occurrence matches 3 tokens (5, 7, 8), the newer 2: with MATCH_SLACK = 1 both
+        # are followed, one vote each: the newest occurrence's token
         s = self.state([5, 7, 8, 1], [6, 7, 8, 2])
+        assert self.propose(s, [5, 7, 8], 1) == [2]
+        # two shorter matches agreeing on 2 outvote the single longest one
+        s = self.state([6, 7, 8, 2], [5, 7, 8, 1], [3, 7, 8, 2])
+        assert self.propose(s, [5, 7, 8], 1) == [2]
+        # newest and longest: its token
+        s = self.state([6, 7, 8, 2], [5, 7, 8, 1])
+        assert self.propose(s, [5, 7, 8], 1) == [1]
+        # the draft goes on with the occurrences that agreed on 2 only: their next tokens 3 (the
+        # newest) and 9 tie, 3 is drafted (the one that drafted 1 would have made it 9 by majority)
+        s = self.state([6, 7, 8, 2, 9], [5, 7, 8, 1, 9], [3, 7, 8, 2, 3])
+        assert self.propose(s, [5, 7, 8], 2) == [2, 3]
+
+    def test_corpus_is_one_earlier_request(self) -> None:
+        # add_corpus: a separator, then the corpus; its occurrences of (7, 8) are compared newest
+        # first after the requests' (in the fast path, from its corpus block)
+        for slack, expected in ((1, [2]), (0, [1])):
+            s = self.impl.HybridState(self.impl.SuffixHistory(), 0.02, 16, 0, slack)
+            s.history.add_corpus([5, 7, 8, 1, 3, 6, 7, 8, 2])
+            assert s.history.tokens() == [-1, 5, 7, 8, 1, 3, 6, 7, 8, 2]
+            s.begin_request()
+            assert self.propose(s, [5, 7, 8], 1) == expected
+        # with one candidate only the newest occurrence, 6 7 8 2, is compared
+        s = self.impl.HybridState(self.impl.SuffixHistory(), 0.02, 1, 0, 0)
+        s.history.add_corpus([5, 7, 8, 1, 3, 6, 7, 8, 2])
+        s.begin_request()
+        assert self.propose(s, [5, 7, 8], 1) == [2]
+        # a request after the corpus comes first: its (7, 8) is newer than the corpus's
+        s.propose([4, 7, 8, 9], 0, self.impl.NgramCache(), self.impl.NgramCache())
+        s.begin_request()
+        assert self.propose(s, [5, 7, 8], 1) == [9]
+
+    def test_max_candidates_newest_first(self) -> None:
+        # only the newest max_candidates occurrences of (7, 8) are compared: with 2, the
+        # longest match (5, 7, 8, in the oldest request) is not among them
+        s = self.state([5, 7, 8, 1], [6, 7, 8, 2], [4, 7, 8, 2], max_candidates=2, match_slack=0)
+        assert self.propose(s, [5, 7, 8], 1) == [2]
+        s = self.state([5, 7, 8, 1], [6, 7, 8, 2], [4, 7, 8, 2], max_candidates=3, match_slack=0)
         assert self.propose(s, [5, 7, 8], 1) == [1]
 
     def test_majority_then_newest(self) -> None:
@@ -191,6 +239,8 @@ class HybridTests(ImplTests):
             self.impl.SuffixHistory(3)
         with pytest.raises(ValueError, match="threshold"):
             self.impl.HybridState(None, 1.5)
+        with pytest.raises(ValueError, match="match_slack must be in"):
+            self.impl.HybridState(match_slack=-1)
         with pytest.raises(ValueError, match="n_accepted"):
             self.impl.HybridState().observe(-1)
         with pytest.raises(ValueError, match="unknown policy 'best'"):
@@ -235,13 +285,26 @@ class TestHybridFast(FastImpl, HybridTests):
 # --- differential: fast against the reference model ----------------------------------------
 
 
-def lockstep(tokens: list[int], n_draft: int, chunk: int, max_tokens: int, static: list[int] | None) -> int:
-    """Drive both states through the same requests with caches; assert identical proposals."""
+def lockstep(
+    tokens: list[int],
+    n_draft: int,
+    chunk: int,
+    max_tokens: int,
+    static: list[int] | None,
+    *,
+    corpus: list[int] | None = None,
+    **kw: Any,
+) -> int:
+    """Drive both states (``HybridState(**kw)``, the history holding ``corpus`` first if given)
+    through the same requests with caches; assert identical proposals."""
     fast = fast_impl()
     states = [
-        (impl, impl.HybridState(impl.SuffixHistory(max_tokens)), impl.NgramCache(), impl.NgramCache())
+        (impl, impl.HybridState(impl.SuffixHistory(max_tokens), **kw), impl.NgramCache(), impl.NgramCache())
         for impl in (fast, ref)
     ]
+    if corpus is not None:
+        for _, s, _, _ in states:
+            s.history.add_corpus(corpus)
     statics = [impl.build_static(static) if static else None for impl in (fast, ref)]
     steps = 0
     for start in range(0, len(tokens) - 1, chunk):
@@ -273,6 +336,49 @@ def test_lockstep_demo_data() -> None:
     assert lockstep(demo("wiki.test.demo.llama3.bin", 5000), 8, 1500, 1 << 22, demo("enwiki_wt.demo.llama3.bin", 30000))
 
 
+@pytest.mark.parametrize("kw", [{"match_slack": 0, "max_candidates": 16}, {"match_slack": 3, "max_candidates": 5}])
+def test_lockstep_other_parameters(kw: dict[str, Any]) -> None:
+    corpus = demo("enwiki_wt.demo.llama3.bin", 20000)
+    assert lockstep(demo("wiki.test.demo.llama3.bin", 3000), 8, 1500, 1 << 22, corpus, **kw)
+
+
+def test_lockstep_corpus_in_history() -> None:
+    # the fast path's corpus block (a bigram's corpus occurrences contiguous) gives the same
+    # candidates as the links: with 40 candidates most chains run from the requests into it
+    corpus = demo("enwiki_wt.demo.llama3.bin", 20000)
+    assert lockstep(demo("wiki.test.demo.llama3.bin", 3000), 8, 1000, 1 << 22, corpus, corpus=corpus, max_candidates=40)
+
+
+def test_lockstep_corpus_evicted() -> None:
+    # the history is full after the corpus and a few requests: the block is dropped at the eviction
+    corpus = demo("enwiki_wt.demo.llama3.bin", 3000)
+    assert lockstep(demo("wiki.test.demo.llama3.bin", 3000), 8, 500, 4000, None, corpus=corpus)
+
+
+def test_corpus_block_matches_links() -> None:
+    # fast only: add_corpus (with the block) and add_separator + extend (links only) give the
+    # same replay, here on a corpus whose bigrams repeat far more often than 32 times
+    fast = fast_impl()
+    corpus = [1, 2, 3, 4] * 300 + [1, 2, 5, 4] * 300 + [7, 1, 2, 3] * 50
+    tokens = ([1, 2, 3, 4, 1, 2, 5, 6] * 40 + [9, 1, 2]) * 6
+    results = []
+    for block in (True, False):
+        h = fast.SuffixHistory()
+        if block:
+            h.add_corpus(corpus)
+        else:
+            h.add_separator()
+            h.extend(corpus)
+        r = fast.replay(tokens, 300, 8, None, None, None, "hybrid", h)
+        results.append((r.n_steps, r.n_accept, r.n_drafted))
+        assert h.tokens() == [
+            -1,
+            *corpus,
+            *[t for start in range(0, 1800, 300) for t in [-1, *tokens[start : start + 300]]],
+        ]
+    assert results[0] == results[1]
+
+
 def test_lockstep_with_eviction() -> None:
     assert lockstep(demo("wiki.test.demo.llama3.bin", 4000), 6, 700, 600, None)
 
@@ -289,6 +395,20 @@ def test_lockstep_random(tokens: list[int], n_draft: int, chunk: int, max_tokens
     # The static corpus repeated: followers seen 1-2, 3-19 and 20+ times, with and without a
     # static draft, so every static class and both kinds of suffix draft occur.
     lockstep(tokens, n_draft, chunk, max_tokens, tokens[::-1] * static_repeats)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    tokens=st.lists(st.integers(0, 4), min_size=2, max_size=200),
+    corpus=st.lists(st.integers(0, 4), min_size=0, max_size=300),
+    chunk=st.integers(2, 60),
+    max_tokens=st.integers(16, 600),
+    max_candidates=st.integers(1, 40),
+)
+def test_lockstep_random_corpus(
+    tokens: list[int], corpus: list[int], chunk: int, max_tokens: int, max_candidates: int
+) -> None:
+    lockstep(tokens, 8, chunk, max_tokens, None, corpus=corpus, max_candidates=max_candidates)
 
 
 def test_replay_counts_identical_on_demo_data() -> None:

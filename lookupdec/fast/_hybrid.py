@@ -55,8 +55,10 @@ SEP: Final[i32] = -1
 """Separator written before every request in the history stream (never matched)."""
 DEFAULT_MAX_TOKENS: Final = 1 << 22
 """Default bound of a :class:`SuffixHistory`: 4,194,304 tokens (about 70 MB at most)."""
-MAX_CANDIDATES: Final[i64] = 16
+MAX_CANDIDATES: Final[i64] = 32
 """How many earlier occurrences of the last bigram are compared, newest first."""
+MATCH_SLACK: Final[i64] = 1
+"""Occurrences whose match is at most this much shorter than the longest are followed too (they vote)."""
 MAX_MATCH: Final[i64] = 32
 """Matches are measured up to this many tokens (longer ones count as this long)."""
 N_LEN: Final[i64] = 33
@@ -171,6 +173,11 @@ class SuffixHistory:
     cand_p: vec[i64]
     cand_len: vec[i64]
     n_cand: i64
+    vote_t: vec[i32]
+    vote_c: vec[i64]
+    cblock: vec[i32]
+    coff: vec[i32]
+    cend: i64
 
     def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
         if max_tokens < 16:
@@ -180,6 +187,8 @@ class SuffixHistory:
         self.cand_p = vec[i64]()
         self.cand_len = vec[i64]()
         self.n_cand = 0
+        self.vote_t = vec[i32]()
+        self.vote_c = vec[i64]()
         self._reset()
 
     def _reset(self) -> None:
@@ -193,6 +202,12 @@ class SuffixHistory:
         self.ulast = vec[i32]()
         self.uslots = filled_i32(INITIAL_SLOTS, NULL32)
         self.umask = INITIAL_SLOTS - 1
+        self._drop_corpus_block()
+
+    def _drop_corpus_block(self) -> None:
+        self.cblock = vec[i32]()
+        self.coff = vec[i32]()
+        self.cend = -1
 
     def __len__(self) -> int:
         """Number of tokens (and separators) held."""
@@ -323,7 +338,7 @@ class SuffixHistory:
         old = self.toks
         keep = self.max_tokens // 2
         start = i64(len(old)) - keep
-        self._reset()
+        self._reset()  # drops the corpus block too: positions move
         self.n_evictions += 1
         for j in range(start, len(old)):
             self.toks = append(self.toks, old[j])
@@ -332,6 +347,52 @@ class SuffixHistory:
     def add_separator(self) -> None:
         """Start a new request: matches never cross this point."""
         self._push(SEP)
+
+    def add_corpus(self, tokens: Sequence[int]) -> None:
+        """Add a corpus as one earlier request: :meth:`add_separator`, then :meth:`extend`.
+
+        The same matches and drafts as those two calls; on an empty history it also builds the
+        corpus's *block*: its indexed positions grouped by bigram, newest first, contiguous
+        (4 bytes per corpus token plus 4 per distinct bigram), so that a match walks a bigram's
+        corpus occurrences as one run of memory instead of one cache miss per link. Dropped at
+        the first eviction (then the links serve, as for any history).
+        """
+        empty = i64(len(self.toks)) == 0
+        self.add_separator()
+        self.extend(tokens)
+        if empty and self.n_evictions == 0:
+            self._build_corpus_block()
+
+    def _build_corpus_block(self) -> None:
+        """Group the indexed positions of the whole stream (the corpus) by bigram (a counting sort)."""
+        toks = self.toks
+        end = i64(len(toks))
+        nb = i64(len(self.bkey))
+        count = filled_i32(nb + 1, 0)
+        kids = filled_i32(end, NULL32)
+        for p in range(2, end):
+            a = toks[p - 2]
+            b = toks[p - 1]
+            if a != SEP and b != SEP and toks[p] != SEP:
+                kid = self._bfind(pack(a, b))
+                kids[p] = i32(kid)
+                count[kid + 1] += 1
+        for j in range(nb):
+            count[j + 1] += count[j]
+        self.coff = count
+        fill = vec[i32](capacity=nb)
+        for j in range(nb):
+            fill = append(fill, count[j])
+        block = filled_i32(i64(count[nb]), NULL32)
+        p = end - 1
+        while p >= 2:  # newest first within each bigram's run
+            kid = i64(kids[p])
+            if kid >= 0:
+                block[i64(fill[kid])] = i32(p)
+                fill[kid] += 1
+            p -= 1
+        self.cblock = block
+        self.cend = end - 1
 
     def extend(self, tokens: Sequence[int]) -> None:
         """Append tokens of the current request (int32 ids)."""
@@ -363,6 +424,8 @@ class SuffixHistory:
         if i64(len(self.cand_p)) < max_candidates:
             self.cand_p = zeros_i64(max_candidates)
             self.cand_len = zeros_i64(max_candidates)
+            self.vote_t = filled_i32(max_candidates, SEP)
+            self.vote_c = zeros_i64(max_candidates)
         b = self._query_at(q, 0)
         a = self._query_at(q, 1)
         if b == SEP:
@@ -374,7 +437,16 @@ class SuffixHistory:
                 best_len: i64 = 0
                 p = i64(self.bhead[kid])
                 n: i64 = 0
+                g: i64 = 0
+                g_end: i64 = 0
+                in_block = False
                 while p >= 0 and n < max_candidates:
+                    if p <= self.cend and not in_block:
+                        in_block = True
+                        # The chain reached the corpus (the oldest part of the stream): the rest
+                        # of it is the bigram's run in the corpus block, p its first entry.
+                        g = i64(self.coff[kid]) + 1
+                        g_end = i64(self.coff[kid + 1])
                     length: i64 = 2
                     while length < MAX_MATCH:
                         at = p - 1 - length
@@ -389,7 +461,13 @@ class SuffixHistory:
                     n += 1
                     if length > best_len:
                         best_len = length
-                    p = i64(self.prev[p])
+                    if not in_block:
+                        p = i64(self.prev[p])
+                    elif g < g_end:
+                        p = i64(self.cblock[g])
+                        g += 1
+                    else:
+                        p = -1
                 self.n_cand = n
                 return best_len
         u = self._ufind(b)
@@ -442,6 +520,7 @@ class HybridState:
     last_cells: vec[i64]
     threshold: float
     max_candidates: i64
+    match_slack: i64
     target_waste10: i64
     balance: i64
 
@@ -451,11 +530,15 @@ class HybridState:
         threshold: float = THRESHOLD,
         max_candidates: int = MAX_CANDIDATES,
         target_waste: float = TARGET_WASTE,
+        match_slack: int = MATCH_SLACK,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold}")
         if max_candidates < 1:
             raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
+        if not 0 <= match_slack <= MAX_MATCH:
+            raise ValueError(f"match_slack must be in [0, {MAX_MATCH}], got {match_slack}")
+        self.match_slack = match_slack
         self.history = history if history is not None else SuffixHistory()
         if not 0.0 <= target_waste <= 64.0:
             raise ValueError(f"target_waste must be in [0, 64], got {target_waste}")
@@ -552,36 +635,50 @@ class HybridState:
         best = h._collect(q, self.max_candidates)
         if best == 0:
             return drafted, cells
-        # The candidates followed: every occurrence matching as long as the best.
-        # Kept in place at the front of h.cand_p (n_act of them), newest first.
+        # The candidates followed: every occurrence matching at most match_slack shorter than the
+        # best. Kept in place at the front of h.cand_p (n_act of them), newest first.
         act = h.cand_p
         n_act: i64 = 0
+        shortest = best - self.match_slack
         for j in range(h.n_cand):
-            if h.cand_len[j] == best:
+            if h.cand_len[j] >= shortest:
                 act[n_act] = act[j]
                 n_act += 1
         toks = h.toks
         end = i64(len(toks))
+        vt = h.vote_t
+        vc = h.vote_c
         b2 = h._query_at(q, 1)  # the two tokens before the next drafted one (for static_class)
         b1 = h._query_at(q, 0)
         k: i64 = 0
         while k < n_max:
-            # The most frequent next token among the candidates; on a tie the newest one's.
-            best_t = SEP
-            best_c: i64 = 0
+            # The most frequent next token among the candidates; on a tie the newest one's. The
+            # distinct next tokens are counted in the order they first appear (newest first), so
+            # the first with the highest count is the newest of the tied ones: O(candidates x
+            # distinct tokens), and the candidates mostly agree.
+            n_d: i64 = 0
             for i in range(n_act):
                 pi = act[i] + k
-                ti = toks[pi] if pi < end else SEP
+                if pi >= end:
+                    continue
+                ti = toks[pi]
                 if ti == SEP:
                     continue
-                c: i64 = 0
-                for j in range(i, n_act):
-                    pj = act[j] + k
-                    if pj < end and toks[pj] == ti:
-                        c += 1
-                if c > best_c:
-                    best_c = c
-                    best_t = ti
+                d: i64 = 0
+                while d < n_d and vt[d] != ti:
+                    d += 1
+                if d == n_d:
+                    vt[d] = ti
+                    vc[d] = 1
+                    n_d += 1
+                else:
+                    vc[d] += 1
+            best_t = SEP
+            best_c: i64 = 0
+            for d in range(n_d):
+                if vc[d] > best_c:
+                    best_c = vc[d]
+                    best_t = vt[d]
             if best_c == 0:
                 break
             cell = stat_cell(best_c, n_act, best + k, static_class(st, b2, b1, best_t), kind)

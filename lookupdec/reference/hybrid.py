@@ -15,8 +15,10 @@ of a llama.cpp draft of this length.
    requests and of the current one. Up to :data:`MAX_CANDIDATES` earlier occurrences are
    taken, newest first, and each is extended backwards while it agrees with the query (up
    to :data:`MAX_MATCH` tokens, never across a request boundary). The occurrences with the
-   longest match are followed. If the bigram never occurred, the newest occurrence of the
-   last token alone is followed (a match of length 1).
+   longest match, and those at most :data:`MATCH_SLACK` shorter, are followed (so a
+   continuation several slightly shorter matches agree on outvotes a single longest one; the
+   match length of the statistics below is the longest). If the bigram never occurred, the
+   newest occurrence of the last token alone is followed (a match of length 1).
 2. Token by token, the draft takes the continuation most of the followed occurrences agree
    on (on a tie, the newest occurrence's), and keeps following only the occurrences that
    agree. It stops when the estimated probability that the token is reached *and* accepted
@@ -59,8 +61,10 @@ SEP = -1
 """Separator written before every request in the history stream (never matched)."""
 DEFAULT_MAX_TOKENS = 1 << 22
 """Default bound of a :class:`SuffixHistory` (4,194,304 tokens)."""
-MAX_CANDIDATES = 16
+MAX_CANDIDATES = 32
 """How many earlier occurrences of the last bigram are compared, newest first."""
+MATCH_SLACK = 1
+"""Occurrences whose match is at most this much shorter than the longest are followed too (they vote)."""
 MAX_MATCH = 32
 """Matches are measured up to this many tokens (longer ones count as this long)."""
 N_LEN = 33
@@ -165,6 +169,15 @@ class SuffixHistory:
         """Start a new request: matches never cross this point."""
         self.push(SEP)
 
+    def add_corpus(self, tokens: Sequence[int]) -> None:
+        """Add a corpus as one earlier request: :meth:`add_separator`, then :meth:`extend`.
+
+        (The fast path also groups the corpus's positions by bigram here, for speed: the same
+        matches.)
+        """
+        self.add_separator()
+        self.extend(tokens)
+
     def extend(self, tokens: Sequence[int]) -> None:
         """Append tokens of the current request."""
         for t in tokens:
@@ -266,11 +279,15 @@ class HybridState:
         threshold: float = THRESHOLD,
         max_candidates: int = MAX_CANDIDATES,
         target_waste: float = TARGET_WASTE,
+        match_slack: int = MATCH_SLACK,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold}")
         if max_candidates < 1:
             raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
+        if not 0 <= match_slack <= MAX_MATCH:
+            raise ValueError(f"match_slack must be in [0, {MAX_MATCH}], got {match_slack}")
+        self.match_slack = match_slack
         self.history = history if history is not None else SuffixHistory()
         if not 0.0 <= target_waste <= 64.0:
             raise ValueError(f"target_waste must be in [0, 64], got {target_waste}")
@@ -347,7 +364,8 @@ class HybridState:
         if not found:
             return [], []
         best = max(length for _, length in found)
-        active = [p for p, length in found if length == best]  # newest first
+        # newest first: the longest matches and those at most match_slack shorter
+        active = [p for p, length in found if length >= best - self.match_slack]
         toks = self.history.toks
         # the two tokens before the next drafted one, for static_class
         b2 = self.history.query_token(drafted, 1, request)
