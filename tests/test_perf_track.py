@@ -168,9 +168,11 @@ def _track(clone: dict[str, Any], base: str, head: str, out: str) -> tuple[int, 
         "2",
         "--synthetic",
         # Identical builds measured on this shared, noisy machine: a wider band than the CI
-        # threshold keeps this test about the mechanics; the injected slowdown is many times.
+        # threshold keeps this test about the mechanics (a clean-clone CI run saw the same build
+        # read 1.63x slower, 314-512 ns against 613-623 ns, while other jobs ran); the injected
+        # slowdown is many times (asserted > 2x below), so it is still caught.
         "--tolerance",
-        "0.25",
+        "1.0",
         "--envs",
         str(clone["envs"]),
         "-o",
