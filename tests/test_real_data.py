@@ -73,6 +73,10 @@ def test_wikitext_hybrid_fast_equals_reference() -> None:
     assert results[0].wasted_per_step <= 2.0
 
 
+# Slow: three full WikiText replays with an index built from 2.2M tokens (about 17 s of CPU);
+# the default run keeps the in-memory replay of the same counts (TestRealDataFast) and the
+# mapped paths on small indexes (test_hardening, test_mapbytes).
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["mapped", "mapped-slices", "loaded"])
 def test_wikitext_enwiki_10m_index_file(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
     """The same counts from the ``enwiki_wt.10M`` index file in each way the fast path opens it:
