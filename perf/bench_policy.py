@@ -34,19 +34,15 @@ from typing import Any
 
 import numpy as np
 
-from perf._common import N_CTX, N_DRAFT, REPLAY_FILE, STATIC_FILE
+from perf._common import N_CTX, N_DRAFT, REPLAY_FILE, STATIC_FILE, data_dir
 
 POLICIES = ("llama", "hybrid")
 
 
-def data_dir() -> Path:
-    import os
-
-    env = os.environ.get("LOOKUPDEC_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
 def read_tokens(path: Path) -> list[int]:
+    """A raw little-endian int32 token file as a list."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: token file not found (set LOOKUPDEC_DATA)")
     return list(np.fromfile(path, dtype="<i4").tolist())
 
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from lookupdec.result import ReplayResult
 from perf._common import N_CTX, N_DRAFT, REPLAY_FILE, STATIC_FILE, data_dir
+from perf.bench_policy import read_tokens, static_index
 
 ProgressCallback = Callable[[int, int], None]
 """Called as ``progress(tokens_done, tokens_total)`` after every chunk."""
@@ -307,13 +308,6 @@ class SuffixDecoding:
 # --- the sets -------------------------------------------------------------------------------
 
 
-def read_tokens(path: Path) -> list[int]:
-    """A raw little-endian int32 token file as a list."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: token file not found (set LOOKUPDEC_DATA)")
-    return list(np.fromfile(path, dtype="<i4").tolist())
-
-
 def load_set(name: str, d: Path) -> tuple[list[int], list[int]]:
     """``(replayed tokens, static corpus)`` of a set, as ``perf.bench_policy`` defines them."""
     corpus = read_tokens(d / STATIC_FILE)
@@ -329,10 +323,8 @@ def llama_replay(replay: list[int], corpus: list[int], cache: Path, name: str) -
     """llama.cpp's rule with the corpus's static index: lookupdec's fast ``replay``."""
     from lookupdec import fast
 
-    path = cache / f"{name}.static.lkdc"
-    if not path.exists():
-        fast.StaticIndex.from_cache(fast.build_static(corpus)).save(path)
-    result: ReplayResult = fast.replay(replay, N_CTX, N_DRAFT, fast.load_static(str(path)), None, None, "llama")
+    static = static_index(fast, corpus, cache / f"{name}.static.lkdc")
+    result: ReplayResult = fast.replay(replay, N_CTX, N_DRAFT, static, None, None, "llama")
     return result
 
 
