@@ -143,11 +143,11 @@ def _create_index(args: argparse.Namespace, vocab_size: int, fingerprint: bytes)
     corpora: list[Any] = list(args.corpus)
     with contextlib.ExitStack() as stack:
         if args.tokenizer is not None:
-            corpora = _tokenized_corpora(args, stack)
+            corpora = _tokenized_corpora(args, stack, workers)
         return _count_index(args, corpora, memory, workers, vocab_size, fingerprint, t0)
 
 
-def _tokenized_corpora(args: argparse.Namespace, stack: contextlib.ExitStack) -> list[Any]:
+def _tokenized_corpora(args: argparse.Namespace, stack: contextlib.ExitStack, workers: int | None) -> list[Any]:
     """The text corpora of ``create --tokenizer`` as token files in a temporary folder, or arrays.
 
     With a vocabulary lookupdec tokenizes exactly, each text is streamed (bounded memory, every
@@ -162,10 +162,8 @@ def _tokenized_corpora(args: argparse.Namespace, stack: contextlib.ExitStack) ->
     if tok is None or args.dask is not None:
         return [_load_input_array(args, path) for path in args.corpus]
     tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="lookupdec-create-"))
-    _, workers = _budget(args)
     files: list[Any] = []
-    for i, path in enumerate(args.corpus):
-        require_file(path, "text file")
+    for i, path in enumerate(args.corpus):  # each checked by cmd_create (require_file)
         out = os.path.join(tmp, f"corpus-{i:04d}.i32")
         with (
             progress_bar(_want_progress(args), f"tokenize {os.path.basename(path)}", unit="B") as progress,
@@ -188,10 +186,11 @@ def _count_index(
     """Count ``corpora`` (token files or arrays, one per ``args.corpus``) into the lookupdec index."""
     from lookupdec import build
 
-    if args.tokenizer is None and args.add_bos:
-        raise UsageError("--add-bos applies to text tokenized with --tokenizer; token files are used as they are")
     if args.tokenizer is None:
         from lookupdec.tokens import TOKEN_SUFFIXES
+
+        if args.add_bos:
+            raise UsageError("--add-bos applies to text tokenized with --tokenizer; token files are used as they are")
 
         for path in args.corpus:
             if not args.tokens and not path.lower().endswith(TOKEN_SUFFIXES):
