@@ -12,9 +12,17 @@ Two measurements, both interleaved so that the machine's load hits every mode al
   static cache, ``--rounds`` rounds alternating; medians and minimums of
   ``us_per_drafted_token``, and peak RSS.
 
-The index is built with ``lookupdec create`` from the static corpus (``enwiki_wt.10M``).
+The index is built with ``lookupdec create`` from the static corpus (``enwiki_wt.10M``), or
+given with ``--index FILE`` (repeatable), or one is built per corpus size with ``--sizes``
+(``perf.create_scale``'s corpora: the shared sample repeated with shifted ids, so the replay's
+lookups hit the same 2-grams at every size while the file, and the random reads across it,
+grow), kept in ``--work DIR``. Per round every tree replays once without a static cache, then
+mapped and ``--load`` with every index (their order rotated per round); the summary puts the
+fork's figures of issue 10 next to each size (its replay was held-out code, so compare
+ratios to the no-static run, not the µs).
 
     python -m perf.mapped_static --tree ../main --rounds 7 --passes 4
+    python -m perf.mapped_static --sizes 4M,25,100,541,764 --work /tmp/corpora --tree ../main --passes 0
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 
@@ -64,12 +73,21 @@ def in_process(index: str, replay: Path, passes: int) -> dict[str, dict[str, flo
     }
 
 
-def stats_runs(index: str, replay: Path, trees: list[str], rounds: int) -> list[dict[str, object]]:
-    """Fresh ``lookupdec stats`` processes, trees x (none, mapped, --load) alternating."""
+FORK_US: Final = {"none": 0.95, "4M": 1.54, "25": 1.25, "100": 1.64, "541": 1.94}
+"""The fork's µs per drafted token in issue 10 (its held-out code replay, under load; no static and per index size)."""
+
+
+def stats_runs(indexes: list[str], replay: Path, trees: list[str], rounds: int) -> list[dict[str, object]]:
+    """Fresh ``lookupdec stats`` processes: per round, every tree without a static cache, then
+    mapped and ``--load`` for every index, the order of the indexes rotated per round."""
     rows = []
-    for _ in range(rounds):
+    for r in range(rounds):
+        k = r % len(indexes)
         for tree in trees:
-            for mode, extra in (("none", []), ("mapped", ["-lcs", index]), ("loaded", ["-lcs", index, "--load"])):
+            runs: list[tuple[str, str, list[str]]] = [("", "none", [])]
+            for index in indexes[k:] + indexes[:k]:
+                runs += [(index, "mapped", ["-lcs", index]), (index, "loaded", ["-lcs", index, "--load"])]
+            for index, mode, extra in runs:
                 argv = [sys.executable, "-m", "lookupdec", "stats", "--tokens", str(replay), "--json", "-q", *extra]
                 env = dict(os.environ, PYTHONPATH=tree)
                 # cwd outside every tree: ``-m`` puts the working directory first on sys.path.
@@ -77,13 +95,46 @@ def stats_runs(index: str, replay: Path, trees: list[str], rounds: int) -> list[
                 out.check_returncode()
                 d = json.loads(out.stdout)
                 rows.append(
-                    {"tree": tree, "mode": mode, "us": d["us_per_drafted_token"], "rss_mb": d["peak_rss_mb"],
-                     "n_drafted": d["n_drafted"], "n_accept": d["n_accept"]}
+                    {"tree": tree, "index": index, "mode": mode, "us": d["us_per_drafted_token"],
+                     "rss_mb": d["peak_rss_mb"], "n_drafted": d["n_drafted"], "n_accept": d["n_accept"]}
                 )  # fmt: skip
     return rows
 
 
-def in_process_result(result: dict[str, object]) -> dict[str, dict[str, float]]:
+def build_indexes(sizes: list[str], work: Path, here: str) -> list[str]:
+    """An index per corpus size (``perf.create_scale`` sizes) in ``work``, made once and kept."""
+    from perf.create_scale import make_corpus
+
+    out = []
+    for size in sizes:
+        index = work / f"static-{size}.lkdc"
+        if not index.exists():
+            corpus = make_corpus(size, None, work)
+            argv = [sys.executable, "-m", "lookupdec", "create", "--tokens", str(corpus), "-o", str(index), "-q"]
+            subprocess.run(argv, env=dict(os.environ, PYTHONPATH=here), check=True)
+        out.append(str(index))
+    return out
+
+
+def summary(rows: list[dict[str, object]], trees: list[str], labels: dict[str, str]) -> list[str]:
+    """One line per (tree, index, mode): median and minimum µs per drafted token, peak RSS."""
+    lines = []
+    for tree in trees:
+        for index, label in [("", "none"), *labels.items()]:
+            for mode in ("none",) if not index else ("mapped", "loaded"):
+                sel = [r for r in rows if r["tree"] == tree and r["index"] == index and r["mode"] == mode]
+                us = [float(str(r["us"])) for r in sel]
+                rss = statistics.median(float(str(r["rss_mb"])) for r in sel)
+                fork = FORK_US.get(label)
+                ref = f"  (fork {fork})" if fork else ""
+                lines.append(
+                    f"stats {tree} {label:>6s} {mode:6s} median {statistics.median(us):.3f} min {min(us):.3f}"
+                    f" µs/drafted, peak RSS {rss:.0f} MB, drafted {sel[0]['n_drafted']}{ref}"
+                )
+    return lines
+
+
+def in_process_result(result: dict[str, object]) -> dict[str, dict[str, dict[str, float]]]:
     got = result["in_process"]
     assert isinstance(got, dict)
     return got
@@ -94,34 +145,42 @@ def main() -> None:
     ap.add_argument("--data", help="folder with the replay and static token files (default: shared data)")
     ap.add_argument("--tree", action="append", default=[], help="another source tree to run (repeatable)")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of fresh stats processes (default 5)")
-    ap.add_argument("--passes", type=int, default=3, help="passes over the chunks in-process (default 3)")
-    ap.add_argument("--index", help="use this index file instead of creating one")
+    ap.add_argument("--passes", type=int, default=3, help="passes over the chunks in-process (default 3; 0: none)")
+    ap.add_argument("--index", action="append", default=[], help="use this index file (repeatable)")
+    ap.add_argument("--sizes", help="build an index per corpus size (perf.create_scale's, e.g. 4M,25,100,541,764)")
+    ap.add_argument("--work", help="folder keeping the --sizes corpora and indexes (default: a temporary one)")
     ap.add_argument("-o", "--output", help="write the results as JSON here")
     args = ap.parse_args()
     d = Path(args.data) if args.data else data_dir()
     replay, corpus = d / REPLAY_FILE, d / STATIC_FILE
     here = str(Path(__file__).resolve().parent.parent)
+    trees = [here, *args.tree]
     with tempfile.TemporaryDirectory() as tmp:
-        index = args.index or os.path.join(tmp, "static.lkdc")
-        if not args.index:
+        indexes: list[str] = list(args.index)
+        labels = {ix: Path(ix).stem for ix in indexes}
+        if args.sizes:
+            sizes = args.sizes.split(",")
+            built = build_indexes(sizes, Path(args.work or tmp), here)
+            indexes += built
+            labels.update(zip(built, sizes, strict=True))
+        if not indexes:
+            index = os.path.join(tmp, "static.lkdc")
             subprocess.run(
                 [sys.executable, "-m", "lookupdec", "create", "--tokens", str(corpus), "-o", index, "-q"],
                 env=dict(os.environ, PYTHONPATH=here), check=True,
             )  # fmt: skip
+            indexes, labels = [index], {index: "10M"}
         # The stats processes first: a child's ru_maxrss starts from its parent's peak (Linux
         # keeps the larger across fork and exec), so the parent must not have replayed yet.
-        rows = stats_runs(index, replay, [here, *args.tree], args.rounds)
-        result: dict[str, object] = {"stats": rows, "in_process": in_process(index, replay, args.passes)}
-        for mode, r in in_process_result(result).items():
-            cpu, wall = r["cpu_us_per_drafted"], r["us_per_drafted"]
-            print(f"in-process {mode:7s} cpu {cpu:.3f}  t_draft {wall:.3f} µs/drafted")
-    for tree in [here, *args.tree]:
-        for mode in ("none", "mapped", "loaded"):
-            sel = [r for r in rows if r["tree"] == tree and r["mode"] == mode]
-            us = [float(str(r["us"])) for r in sel]
-            rss = statistics.median(float(str(r["rss_mb"])) for r in sel)
-            med = statistics.median(us)
-            print(f"stats {tree} {mode:7s} median {med:.3f} min {min(us):.3f} µs/drafted, peak RSS {rss:.0f} MB")
+        rows = stats_runs(indexes, replay, trees, args.rounds)
+        result: dict[str, object] = {"stats": rows, "labels": labels}
+        if args.passes > 0:
+            result["in_process"] = {labels[ix]: in_process(ix, replay, args.passes) for ix in indexes}
+            for label, modes in in_process_result(result).items():
+                for mode, r in modes.items():
+                    cpu, wall = r["cpu_us_per_drafted"], r["us_per_drafted"]
+                    print(f"in-process {label:>6s} {mode:7s} cpu {cpu:.3f}  t_draft {wall:.3f} µs/drafted")
+    print("\n".join(summary(rows, trees, labels)))
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=1))
 
