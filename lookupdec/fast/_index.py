@@ -65,10 +65,12 @@ MUL_LO: Final[i64] = 0x7F4A7C15
 # (so its memory stays bounded whatever the file size; a part that does not fit is re-sliced).
 MEMO_BITS: Final[i64] = 16
 MEMO_BUDGET: Final[i64] = 32 << 20
-# The direct-mode memo (file read as one bytes): 2**DMEMO_BITS entries of 4 words, 256 KiB,
-# small enough to stay in the L2 cache. A hit costs one cache line instead of the three random
-# lines of the file (slot, key, start) that _find and _span read, most often TLB misses too.
-DMEMO_BITS: Final[i64] = 13
+# The direct-mode memo (file read as one bytes): 2**DMEMO_BITS entries of 4 words, 1 MiB. A hit
+# costs one cache line instead of the random lines of the file (slot, then key, start, pick and
+# checked bit) that _lookup reads, most often cache and TLB misses too. On the WikiText replay
+# 2**13 entries (256 KiB) hit 62 % of lookups, 2**15 69 %, 2**16 73 %; 2**15 drafted fastest
+# from the 100 MB to 764 MB indexes (docs/performance.md, "The mapped index at every size").
+DMEMO_BITS: Final[i64] = 15
 
 
 def mul32(a: i64, b: i64) -> tuple[i64, i64]:
@@ -302,7 +304,6 @@ class StaticIndex(StaticSource):
     _cc: i64
     _cn: i64
     _cpick: i32
-    _co: i64
     _memo_ok: list[bool]
     _memo_key: vec[i64]
     _memo_n: vec[i64]
@@ -312,6 +313,10 @@ class StaticIndex(StaticSource):
     _memo_bytes: i64
     _checked: vec[i64]
     _dmemo: vec[i64]
+    _ls: i64
+    _le: i64
+    _lp: i32
+    _lbits: i64
 
     def __init__(
         self,
@@ -336,7 +341,6 @@ class StaticIndex(StaticSource):
         self._cc = 0
         self._cn = 0
         self._cpick = NULL32
-        self._co = -1
         # The mmap memo is allocated on first use, so that opening stays O(1).
         self._memo_ok = []
         self._memo_bytes = 0
@@ -376,6 +380,10 @@ class StaticIndex(StaticSource):
         self._o_counts = h.counts_offset
         self._checked = vec[i64]()
         self._dmemo = vec[i64]()  # allocated on the first lookup: opening stays O(1)
+        self._ls = 0
+        self._le = 0
+        self._lp = NULL32
+        self._lbits = 0
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, in_memory: bool = False) -> StaticIndex:
@@ -449,8 +457,26 @@ class StaticIndex(StaticSource):
         """The error for a corrupt file found while reading at ``off``."""
         return CacheFormatError(self.path, message + " (run verify() for a full check)", int(off))
 
+    def _slot_error(self, h: i64, o: i64, off: i64) -> CacheFormatError:
+        """The error for slot ``h`` (at ``off``) holding ``o``, neither -1 nor a key ordinal."""
+        if o < 0:
+            return self._corrupt(f"slot {h} holds {o}", off)
+        return self._corrupt(f"slot {h} holds ordinal {o}, there are {self.n_keys} keys", off)
+
+    def _span_error(self, o: i64, s: i64, e: i64, off: i64) -> CacheFormatError:
+        """The error for key ordinal ``o`` whose starts (at ``off``) give entries ``s..e-1``, out of range."""
+        return self._corrupt(f"key {o} has followers {s}..{e - 1}, outside 0..{self.n_entries - 1}", off)
+
     def _find(self, a: i32, b: i32) -> i64:
-        """Ordinal of the 2-gram (a, b), -1 if absent."""
+        """Ordinal of the 2-gram (a, b), -1 if absent.
+
+        In direct mode, once a slot gives an ordinal, its key, start, end, pick and checked
+        bits are five independent loads from five places of the file and the bitmap (most
+        often five cache and TLB misses in a big index): read back to back before the key is
+        compared, the CPU waits for them at once instead of one after another. The values
+        of the ordinal returned are left, unchecked, in ``_ls``, ``_le``, ``_lp`` and
+        ``_lbits`` for :meth:`_lookup`.
+        """
         n_keys = self.n_keys
         if n_keys == 0:
             return -1
@@ -459,20 +485,34 @@ class StaticIndex(StaticSource):
         h = static_slot(a, b, self._bits)
         o_slots = self._o_slots
         o_keys = self._o_keys
+        o_starts = self._o_starts
+        o_picks = self._o_picks
         mem = self._direct
         buf = self._buf
+        checked = self._checked
+        if mem and len(checked) == 0:
+            self._is_checked(0)  # allocates the bitmap (first lookup only)
+            checked = self._checked
         # At most n_slots probes: a corrupt table with no empty slot cannot loop forever.
         for _i in range(self.n_slots):  # ``_i``, not ``_``: see _core.filled_i32
             off = o_slots + 4 * h
             o = i64(read_i32_le(buf, off) if mem else self._rd32(off))
             if o < 0:
                 if o != -1:
-                    raise self._corrupt(f"slot {h} holds {o}", off)
+                    raise self._slot_error(h, o, off)
                 return -1
             if o >= n_keys:
-                raise self._corrupt(f"slot {h} holds ordinal {o}, there are {n_keys} keys", off)
+                raise self._slot_error(h, o, off)
             koff = o_keys + 8 * o
-            if (read_i64_le(buf, koff) if mem else self._rd64(koff)) == k:
+            if mem:
+                key = read_i64_le(buf, koff)
+                self._ls = read_i64_le(buf, o_starts + 8 * o)
+                self._le = read_i64_le(buf, o_starts + 8 * o + 8)
+                self._lp = read_i32_le(buf, o_picks + 4 * o)
+                self._lbits = checked[o >> 5]
+            else:
+                key = self._rd64(koff)
+            if key == k:
                 return o
             h = (h + 1) & mask
         raise self._corrupt("slot table has no empty slot", o_slots)
@@ -488,7 +528,7 @@ class StaticIndex(StaticSource):
             s = read_i64_le(both, 0)
             e = read_i64_le(both, 8)
         if s < 0 or s >= e or e > self.n_entries:
-            raise self._corrupt(f"key {o} has followers {s}..{e - 1}, outside 0..{self.n_entries - 1}", off)
+            raise self._span_error(o, s, e, off)
         if not self._is_checked(o):
             self._check_part(o, s, e)
         return s, e
@@ -551,12 +591,12 @@ class StaticIndex(StaticSource):
         """Select the part of the 2-gram (a, b); True when it has followers."""
         if not self._direct:
             return self._st_begin_mmap(a, b)
-        # The memo: entry j holds (key, ordinal + 2 or 1 for an absent key or 0 for empty,
-        # start, n). An entry is written only after the key's part passed _check_part, so a
-        # hit needs no check; the pick is read from the file when drafting asks (_st_pick).
+        # The memo: entry j holds (key, tag, start, n), tag 0 for an empty entry, 1 for an
+        # absent key, else 2 + the pick's 32 bits. An entry is written only after the key's
+        # part passed _check_part, so a hit needs no check and reads nothing from the file.
         dm = self._dmemo
         if len(dm) == 0:
-            dm = filled_i64(4 << DMEMO_BITS, 0)
+            dm = filled_i64(i64(4) << DMEMO_BITS, 0)
             self._dmemo = dm
         k = pack(a, b)
         j = static_slot(a, b, DMEMO_BITS) << 2
@@ -565,23 +605,41 @@ class StaticIndex(StaticSource):
             if v == 1:
                 self._cn = 0
                 return False
-            self._co = v - 2
+            self._cpick = low32(v - 2)
             self._set_part(dm[j + 2], dm[j + 3])
             return True
-        o = self._find(a, b)
-        self._co = o
+        o = self._lookup(a, b)
         if o < 0:
             dm[j] = k
             dm[j + 1] = 1
             self._cn = 0
             return False
-        s, e = self._span(o)  # checked on the key's first lookup, as the reference does
-        dm[j] = k  # only now: a part that failed its check raised above and is not remembered
-        dm[j + 1] = o + 2
+        s = self._ls
+        n = self._le - s
+        pick = self._lp
+        dm[j] = k  # only now: a part that failed its check raised in _lookup and is not remembered
+        dm[j + 1] = (i64(pick) & M32) + 2
         dm[j + 2] = s
-        dm[j + 3] = e - s
-        self._set_part(s, e - s)
-        return e > s
+        dm[j + 3] = n
+        self._cpick = pick
+        self._set_part(s, n)
+        return True
+
+    def _lookup(self, a: i32, b: i32) -> i64:
+        """:meth:`_find` then the checks of :meth:`_span` in direct mode, from the values _find read.
+
+        Sets ``_ls``, ``_le`` (the checked span) and ``_lp`` (the stored pick) when found.
+        """
+        o = self._find(a, b)
+        if o < 0:
+            return -1
+        s = self._ls
+        e = self._le
+        if s < 0 or s >= e or e > self.n_entries:
+            raise self._span_error(o, s, e, self._o_starts + 8 * o)
+        if (self._lbits >> (o & 31)) & 1 == 0:
+            self._check_part(o, s, e)
+        return o
 
     def _set_part(self, s: i64, n: i64) -> None:
         """Select the ``n`` entries from ``s`` as the current part (direct mode)."""
@@ -677,10 +735,8 @@ class StaticIndex(StaticSource):
 
     def _st_pick(self) -> i32:
         """The precomputed static-only draft of the selected part."""
-        if self._direct:
-            if self._cn == 0:
-                return NULL32
-            return read_i32_le(self._buf, self._o_picks + 4 * self._co)
+        if self._cn == 0:
+            return NULL32
         return self._cpick
 
     # --- reading like a cache ----------------------------------------------------------
