@@ -20,6 +20,7 @@ Every offset read from the file is checked before it is used, so a corrupt file 
 from __future__ import annotations
 
 import hashlib
+import io
 import mmap
 import os
 import struct
@@ -395,8 +396,12 @@ class StaticIndex(StaticSource):
             size = os.fstat(f.fileno()).st_size
             header = f.read(HEADER_SIZE)
             if in_memory:
-                f.seek(0)
-                data = f.read()  # one read, no header + rest concatenation (a second full copy)
+                # FileIO.readall: one buffer of the file's size. The buffered reader's read()
+                # would join the bytes it buffered with the header to the rest: a second full
+                # copy, twice the file in peak RSS (617 against 313 MB for a 303 MB index).
+                with io.FileIO(f.fileno(), closefd=False) as raw:
+                    raw.seek(0)
+                    data = raw.readall()
                 if len(data) != size:
                     raise CacheFormatError(p, f"file changed size while being read ({size} -> {len(data)} bytes)")
                 return StaticIndex(p, header, size, data, None)
