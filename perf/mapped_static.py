@@ -10,7 +10,8 @@ Two measurements, both interleaved so that the machine's load hits every mode al
 - ``stats``: fresh processes of ``lookupdec stats --json`` (the issue's command), for this tree
   and every ``--tree DIR`` (run with ``PYTHONPATH=DIR``), mapped, ``--load`` and without a
   static cache, ``--rounds`` rounds alternating; medians and minimums of
-  ``us_per_drafted_token``, and peak RSS.
+  ``us_per_drafted_token`` (wall time), of the process's CPU time per drafted token (start,
+  reading the files and the replay: steadier than wall time on a busy machine), and peak RSS.
 
 The index is built with ``lookupdec create`` from the static corpus (``enwiki_wt.10M``), or
 given with ``--index FILE`` (repeatable), or one is built per corpus size with ``--sizes``
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -91,12 +93,18 @@ def stats_runs(indexes: list[str], replay: Path, trees: list[str], rounds: int) 
                 argv = [sys.executable, "-m", "lookupdec", "stats", "--tokens", str(replay), "--json", "-q", *extra]
                 env = dict(os.environ, PYTHONPATH=tree)
                 # cwd outside every tree: ``-m`` puts the working directory first on sys.path.
+                c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 out = subprocess.run(argv, env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True)
+                c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 out.check_returncode()
                 d = json.loads(out.stdout)
+                # The child's whole CPU time (start, reading the files, replay): unlike the wall
+                # time of t_draft it does not count the time other processes had the cores.
+                cpu = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
                 rows.append(
                     {"tree": tree, "index": index, "mode": mode, "us": d["us_per_drafted_token"],
-                     "rss_mb": d["peak_rss_mb"], "n_drafted": d["n_drafted"], "n_accept": d["n_accept"]}
+                     "cpu_us": 1e6 * cpu / d["n_drafted"], "rss_mb": d["peak_rss_mb"],
+                     "n_drafted": d["n_drafted"], "n_accept": d["n_accept"]}
                 )  # fmt: skip
     return rows
 
@@ -124,11 +132,13 @@ def summary(rows: list[dict[str, object]], trees: list[str], labels: dict[str, s
             for mode in ("none",) if not index else ("mapped", "loaded"):
                 sel = [r for r in rows if r["tree"] == tree and r["index"] == index and r["mode"] == mode]
                 us = [float(str(r["us"])) for r in sel]
+                cpu = [float(str(r["cpu_us"])) for r in sel]
                 rss = statistics.median(float(str(r["rss_mb"])) for r in sel)
                 fork = FORK_US.get(label)
                 ref = f"  (fork {fork})" if fork else ""
                 lines.append(
                     f"stats {tree} {label:>6s} {mode:6s} median {statistics.median(us):.3f} min {min(us):.3f}"
+                    f" µs/drafted, process CPU median {statistics.median(cpu):.3f} min {min(cpu):.3f}"
                     f" µs/drafted, peak RSS {rss:.0f} MB, drafted {sel[0]['n_drafted']}{ref}"
                 )
     return lines
