@@ -259,7 +259,7 @@ def index_bytes_from_cache(cache: NgramCache) -> bytes:
         node = i64(cache._head[kid])
         while node >= 0:
             toks = append(toks, cache._ntok[node])
-            cnts = append(cnts, cache._ncnt[node])
+            cnts = append(cnts, cache._count(node))
             node = i64(cache._nnext[node])
         b.add(i32(w0 >> 32), low32(w0), toks, cnts)
     return b.to_bytes()
