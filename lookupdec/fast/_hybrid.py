@@ -23,8 +23,8 @@ Layout of :class:`SuffixHistory`:
   search for matches older than a common bigram's newest occurrences.
 
 When the stream would exceed ``max_tokens``, the older half is dropped and the index rebuilt
-over what is left (amortised O(1) per token; memory stays below about 16 bytes per kept
-token plus the tables).
+over what is left (amortised O(1) per token; memory: 16 bytes per kept token, the token and
+its three links, plus the tables).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from lookupdec.result import ReplayResult
 SEP: Final[i32] = -1
 """Separator written before every request in the history stream (never matched)."""
 DEFAULT_MAX_TOKENS: Final = 1 << 22
-"""Default bound of a :class:`SuffixHistory`: 4,194,304 tokens (about 70 MB at most)."""
+"""Default bound of a :class:`SuffixHistory`: 4,194,304 tokens (64 MB for them and their links, plus the tables)."""
 MAX_CANDIDATES: Final[i64] = 32
 """How many earlier occurrences of the last bigram are compared, newest first."""
 UNIGRAM_CANDIDATES: Final[i64] = 64
@@ -552,19 +552,25 @@ class SuffixHistory:
                 c = self._query_at(q, 2)
                 if n >= max_candidates and c != SEP:
                     # The bigram is common: its newest occurrences were not all of them, and older
-                    # ones may match longer. Those of the trigram, older than the last one taken.
-                    oldest = self.cand_p[n - 1]
-                    p = i64(self.tslots[self._tslot(c, a, b)])
+                    # ones may match longer. Those of the trigram, older than the last one taken:
+                    # the trigram's occurrences newer than that are the candidates matching 3+
+                    # tokens, so the oldest of those links to the first one to take (none: the
+                    # trigram's newest occurrence is older than all the candidates).
+                    p = -2
+                    for j in range(n):
+                        if self.cand_len[j] >= 3:
+                            p = i64(self.tprev[self.cand_p[j]])
+                    if p == -2:
+                        p = i64(self.tslots[self._tslot(c, a, b)])
                     m: i64 = 0
                     while p >= 0 and m < DEEP_CANDIDATES:
-                        if p < oldest:
-                            length = self._match_back(q, p, 3)
-                            self.cand_p[n] = p
-                            self.cand_len[n] = length
-                            n += 1
-                            m += 1
-                            if length > best_len:
-                                best_len = length
+                        length = self._match_back(q, p, 3)
+                        self.cand_p[n] = p
+                        self.cand_len[n] = length
+                        n += 1
+                        m += 1
+                        if length > best_len:
+                            best_len = length
                         p = i64(self.tprev[p])
                 self.n_cand = n
                 return best_len
