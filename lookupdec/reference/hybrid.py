@@ -29,12 +29,13 @@ of a llama.cpp draft of this length.
    falls below :data:`THRESHOLD`. That probability is a running product: the chance that a
    llama.cpp draft of this length is accepted whole (when there is one), times, for each
    suffix token, the acceptance rate seen so far for suffix tokens of the same kind. The
-   kind is (support class, effective match length): the class says whether the token had
-   one occurrence behind it, won a tie, was unanimous among several, had a majority or
-   only a plurality, and how many occurrences that was (:func:`support_class`); whether the
-   newest occurrence behind it is in the current request; the effective match length is the match length
-   plus the offset into the suffix part (a token drafted after ``k`` accepted ones extends
-   the match by ``k``), capped at 32. Kinds are also split by the *static class* of the
+   kind is (support class, current request, effective match length): the class says whether
+   the token had one occurrence behind it, won a tie, was unanimous among several, had a
+   majority or only a plurality, and how many occurrences that was (:func:`support_class`);
+   the second whether the newest occurrence behind it is in the current request (after the
+   history's last separator); the effective match length is the match length plus the
+   offset into the suffix part (a token drafted after ``k`` accepted ones extends the match
+   by ``k``), capped at 32. Kinds are also split by the *static class* of the
    token (how the static index supports it after the two tokens before it:
    :func:`static_class`) and by whether the suffix tokens follow llama.cpp's kept tokens (or
    none: kind 0) or form the suffix-only draft (kind 1). Rates are ``(ok + 1) / (tried + 2)`` (Laplace prior);
