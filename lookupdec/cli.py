@@ -21,7 +21,6 @@ import dataclasses
 import json
 import os
 import sys
-import tempfile
 import textwrap
 import time
 import warnings
@@ -161,6 +160,8 @@ def _tokenized_corpora(args: argparse.Namespace, stack: contextlib.ExitStack, wo
     tok = exact_tokenizer(args.tokenizer)
     if tok is None or args.dask is not None:
         return [_load_input_array(args, path) for path in args.corpus]
+    import tempfile  # here: 1.3 MB of RSS (shutil, random) that no other command needs
+
     tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="lookupdec-create-"))
     files: list[Any] = []
     for i, path in enumerate(args.corpus):  # each checked by cmd_create (require_file)
