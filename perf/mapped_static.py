@@ -6,7 +6,9 @@ Two measurements, both interleaved so that the machine's load hits every mode al
   mapped through mmap slices with ``LOOKUPDEC_MAPPED_BYTES=0``, loaded) and replays each
   4096-token chunk of the replay text with every mode back to back (the order rotated per
   chunk), ``--passes`` times; CPU µs per drafted token (``time.process_time``, less noisy
-  than wall time) and ``t_draft`` µs per drafted token per mode.
+  than wall time) and ``t_draft`` µs per drafted token per mode. With ``--in-process-rounds R``
+  it runs in a fresh process per (round, index, tree) instead, every ``--tree`` too (its own
+  copy of this function), alternating: CPU µs per drafted token per mode and mapped / none.
 - ``stats``: fresh processes of ``lookupdec stats --json`` (the issue's command), for this tree
   and every ``--tree DIR`` (run with ``PYTHONPATH=DIR``), mapped, ``--load`` and without a
   static cache, ``--rounds`` rounds alternating; medians and minimums of
@@ -109,6 +111,44 @@ def stats_runs(indexes: list[str], replay: Path, trees: list[str], rounds: int) 
     return rows
 
 
+def in_process_runs(
+    indexes: list[str], labels: dict[str, str], replay: Path, trees: list[str], rounds: int, passes: int
+) -> list[dict[str, object]]:
+    """:func:`in_process` of each tree (its own ``perf.mapped_static``, run with ``PYTHONPATH=tree``)
+    in a fresh process per (round, index, tree), the trees alternating and the indexes rotated."""
+    rows: list[dict[str, object]] = []
+    for r in range(rounds):
+        order = indexes[r % len(indexes) :] + indexes[: r % len(indexes)]
+        for i, index in enumerate(order):
+            for tree in trees if (r + i) % 2 == 0 else trees[::-1]:
+                code = (
+                    "import json, pathlib; from perf.mapped_static import in_process; "
+                    f"print(json.dumps(in_process({index!r}, pathlib.Path({str(replay)!r}), {passes})))"
+                )
+                env = dict(os.environ, PYTHONPATH=tree)
+                out = subprocess.run(
+                    [sys.executable, "-c", code], env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True
+                )
+                out.check_returncode()
+                d = json.loads(out.stdout)
+                row: dict[str, object] = {"tree": tree, "index": labels[index]}
+                row.update({m: d[m]["cpu_us_per_drafted"] for m in d})
+                rows.append(row)
+    return rows
+
+
+def in_process_summary(rows: list[dict[str, object]], trees: list[str], labels: list[str]) -> list[str]:
+    """Per (index, tree): median CPU µs per drafted token of every mode, and of mapped / none."""
+    lines = []
+    for label in labels:
+        for tree in trees:
+            sel = [r for r in rows if r["tree"] == tree and r["index"] == label]
+            modes = " ".join(f"{m} {statistics.median(float(str(r[m])) for r in sel):.3f}" for m in MODES)
+            ratio = statistics.median(float(str(r["mapped"])) / float(str(r["none"])) for r in sel)
+            lines.append(f"in-process {label:>6s} {tree} cpu µs/drafted {modes}, mapped/none {ratio:.3f}")
+    return lines
+
+
 def build_indexes(sizes: list[str], work: Path, here: str) -> list[str]:
     """An index per corpus size (``perf.create_scale`` sizes) in ``work``, made once and kept."""
     from perf.create_scale import make_corpus
@@ -156,6 +196,10 @@ def main() -> None:
     ap.add_argument("--tree", action="append", default=[], help="another source tree to run (repeatable)")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of fresh stats processes (default 5)")
     ap.add_argument("--passes", type=int, default=3, help="passes over the chunks in-process (default 3; 0: none)")
+    ap.add_argument(
+        "--in-process-rounds", type=int, default=0,
+        help="run the in-process part in fresh processes of every tree, this many rounds (default 0: here only)",
+    )  # fmt: skip
     ap.add_argument("--index", action="append", default=[], help="use this index file (repeatable)")
     ap.add_argument("--sizes", help="build an index per corpus size (perf.create_scale's, e.g. 4M,25,100,541,764)")
     ap.add_argument("--work", help="folder keeping the --sizes corpora and indexes (default: a temporary one)")
@@ -184,7 +228,11 @@ def main() -> None:
         # keeps the larger across fork and exec), so the parent must not have replayed yet.
         rows = stats_runs(indexes, replay, trees, args.rounds)
         result: dict[str, object] = {"stats": rows, "labels": labels}
-        if args.passes > 0:
+        if args.in_process_rounds > 0:
+            ab = in_process_runs(indexes, labels, replay, trees, args.in_process_rounds, max(args.passes, 1))
+            result["in_process_runs"] = ab
+            print("\n".join(in_process_summary(ab, trees, [labels[ix] for ix in indexes])))
+        elif args.passes > 0:
             result["in_process"] = {labels[ix]: in_process(ix, replay, args.passes) for ix in indexes}
             for label, modes in in_process_result(result).items():
                 for mode, r in modes.items():
