@@ -46,11 +46,15 @@ Everything is integer counting plus one float product in a fixed order: determin
 the fast path computes the same floats.
 
 Memory: the history keeps at most ``max_tokens`` tokens (separators included); when it is
-full, the older half is dropped and the index rebuilt over the rest.
+full, the older half is dropped and the index rebuilt over the rest. A corpus
+(:meth:`SuffixHistory.add_corpus`) is held apart: older than every request (its occurrences
+come after theirs), never evicted, closed at both ends (no match or continuation crosses
+them); its positions are numbered from :data:`CORPUS_BASE`.
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Sequence
 
@@ -59,6 +63,8 @@ from lookupdec.reference.draft import PartSource, draft, try_static
 
 SEP = -1
 """Separator written before every request in the history stream (never matched)."""
+CORPUS_BASE = 1 << 40
+"""Positions at or above this are the corpus's: its ids' positions plus this."""
 DEFAULT_MAX_TOKENS = 1 << 22
 """Default bound of a :class:`SuffixHistory` (4,194,304 tokens)."""
 MAX_CANDIDATES = 32
@@ -125,6 +131,10 @@ class SuffixHistory:
             raise ValueError(f"max_tokens must be >= 16, got {max_tokens}")
         self.max_tokens = max_tokens
         self.n_evictions = 0
+        self.corpus: list[int] | None = None
+        # the corpus's bigram -> its indexed positions (oldest first), and token -> newest position after it
+        self.corpus_positions: dict[tuple[int, int], list[int]] = {}
+        self.corpus_last_after: dict[int, int] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -134,13 +144,25 @@ class SuffixHistory:
         # token -> the newest indexed position p with toks[p-1] == token
         self.last_after: dict[int, int] = {}
 
+    def corpus_tokens(self) -> int:
+        """Number of the corpus's ids (separators between its documents included; 0 without a corpus)."""
+        return len(self.corpus) if self.corpus is not None else 0
+
     def __len__(self) -> int:
-        """Number of tokens (and separators) held."""
-        return len(self.toks)
+        """Number of tokens (and separators) held: the corpus's (and a separator before it), then the requests'."""
+        return len(self.tokens())
 
     def tokens(self) -> list[int]:
-        """The stream held, separators as -1."""
-        return list(self.toks)
+        """The stream held, separators as -1: with a corpus, -1 and its ids first, then the requests'."""
+        head = [] if self.corpus is None else [SEP, *self.corpus]
+        return head + self.toks
+
+    def token_at(self, p: int) -> int:
+        """The token at position ``p`` of the stream or (from :data:`CORPUS_BASE`) the corpus; -1 past the end."""
+        if p >= CORPUS_BASE:
+            ids = self.corpus or []
+            return ids[p - CORPUS_BASE] if p - CORPUS_BASE < len(ids) else SEP
+        return self.toks[p] if p < len(self.toks) else SEP
 
     def _index_last(self) -> None:
         toks = self.toks
@@ -169,14 +191,30 @@ class SuffixHistory:
         """Start a new request: matches never cross this point."""
         self.push(SEP)
 
-    def add_corpus(self, tokens: Sequence[int]) -> None:
-        """Add a corpus as one earlier request: :meth:`add_separator`, then :meth:`extend`.
+    def add_corpus(self, corpus: Sequence[int] | str | os.PathLike[str]) -> None:
+        """Add a corpus: token ids (-1 between documents) or the path of a corpus file (its ids are read).
 
-        (The fast path also groups the corpus's positions by bigram here, for speed: the same
-        matches.)
+        Its occurrences are older than every request's, it is never evicted (``max_tokens``
+        bounds the requests' tokens) and no match crosses its ends. A history holds one corpus.
         """
-        self.add_separator()
-        self.extend(tokens)
+        if self.corpus is not None:
+            raise ValueError("this history already holds a corpus")
+        if isinstance(corpus, (str, os.PathLike)):
+            from lookupdec.formats.corpus import read_corpus_ids
+
+            ids = read_corpus_ids(corpus)
+        else:
+            ids = [int(t) for t in corpus]
+            bad = next((t for t in ids if t < SEP), None)
+            if bad is not None:
+                raise ValueError(f"corpus token {bad} is negative (only -1, between documents)")
+        self.corpus = ids
+        for i in range(1, len(ids)):
+            a, b, c = ids[i - 2] if i >= 2 else SEP, ids[i - 1], ids[i]
+            if SEP not in (a, b, c):
+                self.corpus_positions.setdefault((a, b), []).append(i)
+            if b != SEP and c != SEP:
+                self.corpus_last_after[b] = i
 
     def extend(self, tokens: Sequence[int]) -> None:
         """Append tokens of the current request."""
@@ -212,19 +250,29 @@ class SuffixHistory:
         last, before = query(0), query(1)
         if last == SEP:
             return []
-        if before != SEP and (before, last) in self.positions:
+        bigram = (before, last)
+        if before != SEP and (bigram in self.positions or bigram in self.corpus_positions):
+            # the requests' occurrences (newest first), then the corpus's
+            newest = list(reversed(self.positions.get(bigram, [])[-max_candidates:]))
+            rest = max_candidates - len(newest)
+            if rest > 0:
+                newest += [CORPUS_BASE + i for i in reversed(self.corpus_positions.get(bigram, [])[-rest:])]
             found = []
-            for p in reversed(self.positions[(before, last)][-max_candidates:]):
+            for p in newest:
+                start = CORPUS_BASE if p >= CORPUS_BASE else 0  # where p's part begins
                 length = 2
                 while length < MAX_MATCH:
                     at = p - 1 - length
-                    if at < 0 or self.toks[at] == SEP or self.toks[at] != query(length):
+                    t = self.token_at(at) if at >= start else SEP
+                    if t == SEP or t != query(length):
                         break
                     length += 1
                 found.append((p, length))
             return found
         if last in self.last_after:
             return [(self.last_after[last], 1)]
+        if last in self.corpus_last_after:
+            return [(CORPUS_BASE + self.corpus_last_after[last], 1)]
         return []
 
 
@@ -366,7 +414,7 @@ class HybridState:
         best = max(length for _, length in found)
         # newest first: the longest matches and those at most match_slack shorter
         active = [p for p, length in found if length >= best - self.match_slack]
-        toks = self.history.toks
+        h = self.history
         # the two tokens before the next drafted one, for static_class
         b2 = self.history.query_token(drafted, 1, request)
         b1 = self.history.query_token(drafted, 0, request)
@@ -374,7 +422,7 @@ class HybridState:
         cells: list[Cell] = []
         k = 0
         while k < n_max:
-            nexts = [toks[p + k] if p + k < len(toks) else SEP for p in active]
+            nexts = [h.token_at(p + k) for p in active]
             votes = Counter(t for t in nexts if t != SEP)
             if not votes:
                 break
