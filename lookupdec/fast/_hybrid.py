@@ -189,6 +189,7 @@ class SuffixHistory:
     vote_c: vec[i64]
     qv: vec[i32]
     corpus: CorpusIndex | None
+    touched: i32
 
     def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
         if max_tokens < 16:
@@ -202,6 +203,7 @@ class SuffixHistory:
         self.vote_c = vec[i64]()
         self.qv = filled_i32(MAX_MATCH + 1, SEP)
         self.corpus = None
+        self.touched = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -509,6 +511,8 @@ class SuffixHistory:
         qv = self.qv
         q2 = qv[2]
         e = c._o_entries + 8 * start
+        touched: i32 = 0
+        n0 = n
         for g in range(take):
             pos = i64(read_i32_le(buf, e))
             pre = read_i32_le(buf, e + 4)
@@ -530,6 +534,14 @@ class SuffixHistory:
             n += 1
             if length > best_len:
                 best_len = length
+        # The continuations of the candidates _follow will likely vote with (within MATCH_SLACK of
+        # the longest: a guess, the state's slack may differ), read now though only _follow needs
+        # them: nothing here branches on them, so their loads (cache misses in a large corpus)
+        # overlap, where _follow's vote, which branches on each, would wait for them one by one.
+        for j in range(n0, n):
+            if self.cand_len[j] + MATCH_SLACK >= best_len:
+                touched ^= read_i32_le(buf, CORPUS_IDS + 4 * (self.cand_p[j] - CORPUS_BASE))
+        self.touched = touched  # kept, so the compiler keeps the reads
         return n, best_len
 
 
