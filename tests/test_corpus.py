@@ -313,3 +313,30 @@ def test_negative_ids_are_refused() -> None:
         fast_impl().CorpusIndex.from_tokens([1, 2, -2])
     with pytest.raises(ValueError, match="only -1"):
         ref.SuffixHistory().add_corpus([1, 2, -2])
+
+
+def test_every_word_of_the_body_refused_or_drafted(tmp_path: Path) -> None:
+    """Every 4-byte word after the header set to 0, -1 and 2^31-1, one at a time: the fast path
+    (which reads the structure) refuses with a CacheFormatError naming the file or drafts; so does
+    the reference for the words of the ids (all it reads). Never another exception, never a crash."""
+    fast = fast_impl()
+    path = corpus_file(tmp_path, [*IDS, 2, 3, 1, 5, 7, 8, 1])
+    original = path.read_bytes()
+    text = [t for t in IDS if t >= 0] * 3 + [0]
+    bad = tmp_path / "w.lkcorpus"
+    outcomes = set()
+    for off in range(96, len(original), 4):
+        for value in (0, -1, 2**31 - 1):
+            data = bytearray(original)
+            struct.pack_into("<i", data, off, value)
+            bad.write_bytes(bytes(data))
+            for impl in (fast, ref) if off < 96 + 4 * 23 else (fast,):  # the reference reads the ids only
+                h = impl.SuffixHistory()
+                try:
+                    h.add_corpus(str(bad))
+                    impl.replay(text, 8, 4, None, None, None, "hybrid", h)
+                    outcomes.add("drafted")
+                except CacheFormatError as e:
+                    assert e.path == str(bad)
+                    outcomes.add("refused")
+    assert outcomes == {"drafted", "refused"}
