@@ -23,6 +23,7 @@ from __future__ import annotations
 import operator
 import os
 import struct
+from array import array
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -243,8 +244,10 @@ class Drafter:
             elif hasattr(corpus, "vocab_fingerprint"):  # an opened corpus file (fast.CorpusIndex)
                 state.history.add_corpus(corpus)
             else:
-                ids = [operator.index(t) for t in cast(Iterable[int], corpus)]
-                self._check_ids(ids, "corpus token")
+                # an int32 array (a token file as lookupdec reads it) as it is: no list of ints
+                is_i32 = isinstance(corpus, array) and corpus.typecode == "i" and corpus.itemsize == 4
+                ids = corpus if is_i32 else [operator.index(t) for t in cast(Iterable[int], corpus)]
+                self._check_ids(cast(Sequence[int], ids), "corpus token")
                 state.history.add_corpus(ids)
         self._hybrid_owner: Request | None = None
         self._hybrid_waiting: list[list[int]] = []
@@ -381,7 +384,7 @@ class Drafter:
                 f"more than the vocabulary size {self.vocab_size}"
             )
 
-    def _check_ids(self, ids: list[int], what: str) -> None:
+    def _check_ids(self, ids: Sequence[int], what: str) -> None:
         if ids and (min(ids) < 0 or max(ids) >= self._id_limit):
             for i, t in enumerate(ids):
                 if t < 0 or t >= self._id_limit:

@@ -244,7 +244,8 @@ def write_corpus_file(
     ``path`` (atomically) and return it opened (a ``lookupdec.fast.CorpusIndex``, in memory).
 
     Built by the fast path whatever the implementation in use (the file is the same for both;
-    the reference reads its ids): about 0.6 s and 25 bytes of memory per token, compiled.
+    the reference reads its ids): about 0.8 s of CPU and 55 bytes of peak memory per token, compiled
+    (20 kept, the file's size).
     """
     from array import array
 

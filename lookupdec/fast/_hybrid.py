@@ -373,8 +373,9 @@ class SuffixHistory:
 
         Its occurrences are older than every request's (compared after theirs, newest first),
         it is never evicted (``max_tokens`` bounds the requests' tokens) and matches never cross
-        its ends: the same drafts as :meth:`add_separator` then :meth:`extend` with the ids on an
-        empty history, until the first eviction. A history holds one corpus.
+        its ends (nor a -1 in it): on an empty history the same drafts as :meth:`add_separator`
+        then :meth:`extend` with the ids, as long as every request starts with a separator
+        (:meth:`HybridState.begin_request`) and nothing is evicted. A history holds one corpus.
         """
         if self.corpus is not None:
             raise ValueError("this history already holds a corpus")
