@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import lookupdec.reference as ref
 from lookupdec.errors import CacheFormatError, VocabularyError
 from lookupdec.formats.corpus import read_corpus_header, read_corpus_ids
+from lookupdec.reference.hybrid import CORPUS_BASE
 from tests.conftest import fast_impl
 from tests.test_cli import assert_clean_error, run, write_bin
 from tests.test_hybrid import demo, lockstep
@@ -40,8 +41,8 @@ def test_layout_follows_the_format(tmp_path: Path) -> None:
     """Every section of a small file, computed here from the definition in docs/formats.md."""
     data = corpus_file(tmp_path, IDS, vocab_size=10, vocab_fingerprint=b"abcdefgh").read_bytes()
     f = HEADER.unpack_from(data, 0)
-    magic, version, header_size, flags, reserved, n_tokens, n_bigrams, n_slots, n_entries, n_uni = f[:10]
-    assert (magic, version, header_size, flags, reserved) == (b"LKDCCRP\x00", 1, 96, 0, 0)
+    magic, version, header_size, flags, n_after, n_tokens, n_bigrams, n_slots, n_entries, n_uni = f[:10]
+    assert (magic, version, header_size, flags) == (b"LKDCCRP\x00", 2, 96, 0)
     assert (f[10], f[11], f[12]) == (10, b"abcdefgh", len(data))
     assert n_tokens == len(IDS)
     assert list(struct.unpack_from(f"<{n_tokens}i", data, 96)) == IDS
@@ -68,11 +69,24 @@ def test_layout_follows_the_format(tmp_path: Path) -> None:
     assert got_slots == [s if s is not None else (0, 0, 0) for s in expected_slots]
     entries = [struct.unpack_from("<ii", data, o_entries + 8 * g) for g in range(n_entries)]
     assert entries == [(i, IDS[i - 3] if i >= 3 else -1) for bg in order for i in runs[bg]]
-    uni = {IDS[i - 1]: i for i in range(1, len(IDS)) if IDS[i - 1] != -1 and IDS[i] != -1}
+    # per token t, the positions i with IDS[i-1] == t and IDS[i] a token: a run newest first,
+    # the runs in ascending token order, each unigram record holding its run's first index
+    after: dict[int, list[int]] = {}
+    for i in range(len(IDS) - 1, 0, -1):
+        if IDS[i - 1] != -1 and IDS[i] != -1:
+            after.setdefault(IDS[i - 1], []).append(i)
     o_uni = o_entries + 8 * n_entries
-    assert n_uni == len(uni)
-    assert [struct.unpack_from("<ii", data, o_uni + 8 * u) for u in range(n_uni)] == sorted(uni.items())
-    assert o_uni + 8 * n_uni == len(data)
+    assert (n_uni, n_after) == (len(after), 13)  # IDS[0..8] and IDS[10..15]: 8 + 5 positions
+    firsts: list[tuple[int, int]] = []
+    flat: list[int] = []
+    for t in sorted(after):
+        firsts.append((t, len(flat)))
+        flat += after[t]
+    assert [struct.unpack_from("<ii", data, o_uni + 8 * u) for u in range(n_uni)] == firsts
+    o_after = o_uni + 8 * n_uni
+    assert list(struct.unpack_from(f"<{n_after}i", data, o_after)) == flat
+    assert (o_after + 4 * n_after + 7) // 8 * 8 == len(data)
+    assert data[o_after + 4 * n_after :] == bytes(4)  # 13 positions: padded by one zero word
 
 
 def test_open_mapped_and_in_memory_hold_the_same_file(tmp_path: Path) -> None:
@@ -138,6 +152,100 @@ def test_lockstep_corpus_file_with_documents(
     # -1 in the corpus separates documents: no match or continuation crosses it
     path = corpus_file(tmp_path_factory.mktemp("c"), corpus)
     lockstep(tokens, 8, chunk, max_tokens, None, corpus=str(path), max_candidates=max_candidates)
+
+
+# The bigram (2, 3) continues at ids 3, 7, 11, 15 (tokens before it 1, 1, 5, 4; next 9, 9, 9, 7).
+DEEP = [1, 2, 3, 9, 1, 2, 3, 9, 5, 2, 3, 9, 4, 2, 3, 7]
+# The token 7 is followed at ids 1, 3, 5, 7 (by 1, 2, 1, 3); the bigram (5, 7) never occurs.
+AFTER = [7, 1, 7, 2, 7, 1, 7, 3]
+
+
+def corpus_forms(tmp_path: Path, ids: list[int]) -> list[tuple[Any, str, Any]]:
+    """(implementation, form, corpus): the file mapped and in memory, the ids, and (form "links")
+    the ids as an earlier request of the history, as main's perf policy --corpus-history held them."""
+    fast = fast_impl()
+    path = corpus_file(tmp_path, ids)
+    return [
+        (fast, "mapped", str(path)),
+        (fast, "loaded", fast.CorpusIndex.open(path, in_memory=True)),
+        (fast, "ids", ids),
+        (fast, "links", ids),
+        (ref, "file", str(path)),
+        (ref, "ids", ids),
+        (ref, "links", ids),
+    ]
+
+
+def history_with(impl: Any, form: str, corpus: Any) -> Any:
+    """A history holding ``corpus`` in the given form (see :func:`corpus_forms`)."""
+    h = impl.SuffixHistory()
+    if form == "links":
+        h.add_separator()
+        h.extend(corpus)
+    else:
+        h.add_corpus(corpus)
+    return h
+
+
+def first_token(impl: Any, form: str, corpus: Any, request: list[int], max_candidates: int) -> list[int]:
+    s = impl.HybridState(history_with(impl, form, corpus), 0.02, max_candidates, 0)
+    s.begin_request()
+    empty = impl.NgramCache()
+    return list(s.propose(request, 1, empty, empty))
+
+
+def test_trigram_search_reaches_older_corpus_occurrences(tmp_path: Path) -> None:
+    """Hand-worked: with 2 candidates, the bigram's two newest (ids 15 and 11, next 7 and 9, a
+    tie the newest wins) would draft 7; the deep search adds the trigram (1, 2, 3)'s older
+    occurrences 7 and 3 (matching 3 tokens, the request's start), which vote for 9."""
+    h = ref.SuffixHistory()
+    h.add_corpus(DEEP)
+    h.add_separator()
+    base = CORPUS_BASE
+    assert h.candidates([], 2, [1, 2, 3]) == [(base + 15, 2), (base + 11, 2), (base + 7, 3), (base + 3, 3)]
+    for impl, form, corpus in corpus_forms(tmp_path, DEEP):
+        assert first_token(impl, form, corpus, [1, 2, 3], 2) == [9], (impl.__name__, form)
+        # with 4 candidates the bigram's occurrences are all of them: no deep search, 9 still wins
+        assert first_token(impl, form, corpus, [1, 2, 3], 4) == [9], (impl.__name__, form)
+
+
+def test_unigram_fallback_votes_over_corpus_occurrences(tmp_path: Path) -> None:
+    """Hand-worked: (5, 7) never occurred, so the corpus's four occurrences of 7 vote: 1 twice
+    (ids 5 and 1), 3 and 2 once; the newest alone would have drafted 3."""
+    h = ref.SuffixHistory()
+    h.add_corpus(AFTER)
+    h.add_separator()
+    base = CORPUS_BASE
+    assert h.candidates([], 32, [5, 7]) == [(base + 7, 1), (base + 5, 1), (base + 3, 1), (base + 1, 1)]
+    for impl, form, corpus in corpus_forms(tmp_path, AFTER):
+        assert first_token(impl, form, corpus, [5, 7], 32) == [1], (impl.__name__, form)
+
+
+def test_requests_occurrences_come_before_the_corpus(tmp_path: Path) -> None:
+    """Hand-worked: an earlier request's 7 -> 2 is newer than the corpus's four: then 1 and 2 have
+    two votes each and the newest of the tied (the request's 2) wins."""
+    for impl, form, corpus in corpus_forms(tmp_path, AFTER):
+        s = impl.HybridState(history_with(impl, form, corpus), 0.02, 16, 0)
+        s.begin_request()
+        s.propose([4, 7, 2], 0, impl.NgramCache(), impl.NgramCache())
+        s.begin_request()
+        assert list(s.propose([5, 7], 1, impl.NgramCache(), impl.NgramCache())) == [2], (impl.__name__, form)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    tokens=st.lists(st.integers(0, 3), min_size=2, max_size=200),
+    corpus=st.lists(st.integers(-1, 5), min_size=0, max_size=400),
+    chunk=st.integers(2, 60),
+    max_candidates=st.integers(1, 6),
+)
+def test_lockstep_corpus_deep_and_unigram_searches(
+    tmp_path_factory: pytest.TempPathFactory, tokens: list[int], corpus: list[int], chunk: int, max_candidates: int
+) -> None:
+    # few candidates and a small alphabet: common bigrams (the trigram search runs into the
+    # corpus) and tokens unseen in the request whose corpus occurrences vote
+    path = corpus_file(tmp_path_factory.mktemp("c"), corpus)
+    lockstep(tokens, 8, chunk, 10_000, None, corpus=str(path), max_candidates=max_candidates)
 
 
 def test_corpus_stays_through_evictions() -> None:
@@ -218,11 +326,14 @@ OPEN_ERRORS = [
     ("truncated", lambda d: d.__delitem__(slice(len(d) - 8, None)), "file_size"),
     ("extended", lambda d: d.extend(b"\x00" * 8), "file_size"),
     ("wrong magic", lambda d: d.__setitem__(slice(0, 8), b"LKDCIDX\x00"), "not a lookupdec corpus file"),
-    ("wrong version", lambda d: struct.pack_into("<I", d, 8, 2), "version 2 is not supported"),
+    ("version 1", lambda d: struct.pack_into("<I", d, 8, 1), "version 1 is not supported"),
+    ("wrong version", lambda d: struct.pack_into("<I", d, 8, 3), "version 3 is not supported"),
     ("header size", lambda d: struct.pack_into("<I", d, 12, 64), "header_size"),
     ("n_tokens", lambda d: struct.pack_into("<Q", d, 24, 2**40), "n_tokens"),
     ("n_slots", lambda d: struct.pack_into("<Q", d, 40, 12), "n_slots"),
     ("n_entries", lambda d: struct.pack_into("<Q", d, 48, 1), "n_bigrams"),
+    ("n_after", lambda d: struct.pack_into("<I", d, 20, 10**6), "n_after"),
+    ("n_unigrams", lambda d: struct.pack_into("<Q", d, 56, 0), "every unigram"),
     ("sizes", lambda d: struct.pack_into("<QQ", d, 72, 0, len(d) + 8), "file_size"),
 ]
 
@@ -263,11 +374,26 @@ def entry_offsets(data: bytearray) -> list[int]:
     return [entries_offset(data) + 8 * g for g in range(n_entries)]
 
 
+def unigram_offsets(data: bytearray) -> list[int]:
+    """Byte offsets of the unigram records (then the after section's positions, n_after i32)."""
+    n_entries: int = struct.unpack_from("<Q", data, 48)[0]
+    n_uni: int = struct.unpack_from("<Q", data, 56)[0]
+    return [entries_offset(data) + 8 * n_entries + 8 * u for u in range(n_uni)]
+
+
+def after_offsets(data: bytearray) -> list[int]:
+    n_after: int = struct.unpack_from("<I", data, 20)[0]
+    o_after = unigram_offsets(data)[-1] + 8
+    return [o_after + 4 * g for g in range(n_after)]
+
+
 LOOKUP_ERRORS = [
     ("run outside the entries", lambda d: set_words(d, [o + 8 for o in used_slots(d)], 10**6), "outside the"),
     ("negative run", lambda d: set_words(d, [o + 12 for o in used_slots(d)], -3), "outside the"),
     ("entry position", lambda d: set_words(d, entry_offsets(d), 10**6), "position"),
     ("token id", lambda d: set_words(d, [96 + 4 * i for i in range(len(IDS))], -7), "token id -7"),
+    ("unigram run", lambda d: set_words(d, [o + 4 for o in unigram_offsets(d)], 10**6), "outside the"),
+    ("after position", lambda d: set_words(d, after_offsets(d), 10**6), "after position"),
 ]  # fmt: skip
 
 

@@ -150,23 +150,57 @@ class HybridTests(ImplTests):
             assert s.history.tokens() == [-1, 5, 7, 8, 1, 3, 6, 7, 8, 2]
             s.begin_request()
             assert self.propose(s, [5, 7, 8], 1) == expected
-        # with one candidate only the newest occurrence, 6 7 8 2, is compared
+        # with one candidate the newest occurrence of (7, 8), 6 7 8 2, is compared; that used up
+        # max_candidates, so the older occurrences of the trigram (4, 7, 8) would be too: none
         s = self.impl.HybridState(self.impl.SuffixHistory(), 0.02, 1, 0, 0)
         s.history.add_corpus([5, 7, 8, 1, 3, 6, 7, 8, 2])
         s.begin_request()
-        assert self.propose(s, [5, 7, 8], 1) == [2]
+        assert self.propose(s, [4, 7, 8], 1) == [2]
         # a request after the corpus comes first: its (7, 8) is newer than the corpus's
         s.propose([4, 7, 8, 9], 0, self.impl.NgramCache(), self.impl.NgramCache())
         s.begin_request()
-        assert self.propose(s, [5, 7, 8], 1) == [9]
+        assert self.propose(s, [3, 7, 8], 1) == [9]
 
     def test_max_candidates_newest_first(self) -> None:
         # only the newest max_candidates occurrences of (7, 8) are compared: with 2, the
-        # longest match (5, 7, 8, in the oldest request) is not among them
-        s = self.state([5, 7, 8, 1], [6, 7, 8, 2], [4, 7, 8, 2], max_candidates=2, match_slack=0)
-        assert self.propose(s, [5, 7, 8], 1) == [2]
-        s = self.state([5, 7, 8, 1], [6, 7, 8, 2], [4, 7, 8, 2], max_candidates=3, match_slack=0)
-        assert self.propose(s, [5, 7, 8], 1) == [1]
+        # longest match (3, 5, 7, 8, in the oldest request) is not among them and, the trigram
+        # (9, 7, 8) of the query never having occurred, not found further back either
+        requests = ([3, 5, 7, 8, 1], [6, 7, 8, 2], [4, 7, 8, 2])
+        s = self.state(*requests, max_candidates=2, match_slack=0)
+        assert self.propose(s, [9, 7, 8], 1) == [2]
+        s = self.state(*requests, max_candidates=3, match_slack=0)
+        assert self.propose(s, [2, 5, 7, 8], 1) == [1]
+
+    def test_common_bigram_searched_through_its_trigram(self) -> None:
+        # max_candidates=2 occurrences of (7, 8) are the newest two (-> 2, 2); there were that
+        # many, so the older occurrences of the trigram (5, 7, 8) are measured too: 3 5 7 8 1
+        # matches 4 tokens of the query 3 5 7 8, and the longest match wins
+        requests = ([3, 5, 7, 8, 1], [6, 7, 8, 2], [4, 7, 8, 2])
+        s = self.state(*requests, max_candidates=2, match_slack=0)
+        assert self.propose(s, [3, 5, 7, 8], 1) == [1]
+        # with fewer occurrences of (7, 8) than max_candidates, all of them were compared:
+        # no trigram search, and the same longest match
+        s = self.state(*requests, max_candidates=4, match_slack=0)
+        assert self.propose(s, [3, 5, 7, 8], 1) == [1]
+
+    def test_unseen_bigram_votes_over_the_last_token(self) -> None:
+        # (7, 9) never occurred: the occurrences of 9 alone vote, newest first: 5 (newest), 4, 4;
+        # 4 has the majority (before, the newest occurrence alone drafted 5)
+        s = self.state([3, 9, 4], [2, 9, 4], [8, 9, 5])
+        assert self.propose(s, [7, 9], 1) == [4]
+        # a tie between 4 and 5: the newest occurrence's
+        s = self.state([3, 9, 4], [8, 9, 5])
+        assert self.propose(s, [7, 9], 1) == [5]
+        # the followed occurrences then agree on what comes after: 9 4 1 twice, 9 4 6 once
+        s = self.state([3, 9, 4, 1], [2, 9, 4, 6], [6, 9, 4, 1], [8, 9, 5])
+        assert self.propose(s, [7, 9], 2) == [4, 1]
+
+    def test_support_class(self) -> None:
+        support_class = self.hybrid_module().support_class
+        # (count, n_active) -> class, worked from its docstring
+        cases = {(1, 1): 0, (1, 3): 1, (2, 2): 2, (3, 3): 3, (5, 5): 3, (6, 6): 4, (2, 3): 5, (3, 6): 5}
+        cases |= {(4, 8): 6, (20, 32): 6, (4, 9): 7, (10, 32): 7, (2, 5): 8, (3, 7): 8}
+        assert {k: support_class(*k) for k in cases} == cases
 
     def test_majority_then_newest(self) -> None:
         s = self.state([7, 8, 9, 1], [7, 8, 9, 2], [7, 8, 9, 2])

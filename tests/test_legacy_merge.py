@@ -61,9 +61,13 @@ def state(cache: Any) -> list[list[int]]:
     """Every array of a fast cache, hash tables (built first: load and merge leave them to
     the first lookup) and per-key aggregates included."""
     cache._fresh()
-    names = ["_k0", "_k1", "_head", "_tail", "_sum", "_max", "_best", "_slots"]
-    names += ["_ntok", "_ncnt", "_nnext", "_nkey", "_pslots"]
-    return [list(getattr(cache, name)) for name in names]
+    names = ["_k0", "_k1", "_head", "_tail", "_sum", "_max", "_wsum", "_wmax", "_best", "_slots"]
+    names += ["_ntok", "_ncnt", "_wcnt", "_nnext", "_nkey"]
+    # The pair table as its size and the nodes it holds: it holds the nodes of the keys whose
+    # sum passed SCAN_MAX, put in when the sum passed it, so its layout depends on that history
+    # (a table built at once puts them in node order).
+    pslots = list(cache._pslots)
+    return [list(getattr(cache, name)) for name in names] + [[len(pslots), *sorted(n for n in pslots if n >= 0)]]
 
 
 def caught_messages(category: type[Warning], record: list[warnings.WarningMessage]) -> list[str]:

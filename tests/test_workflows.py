@@ -70,6 +70,7 @@ def test_ci_matrix_and_commands() -> None:
     assert README_TEST_COMMAND in runs
     assert README_TEST_COMMAND in (REPO / "README.md").read_text()
     assert runs.index(README_TEST_COMMAND) < runs.index("mypy --strict") < runs.index("ruff check .")
+    assert "ruff format --check ." in runs
 
 
 def test_perf_runs_track_on_apple_silicon_and_x86() -> None:

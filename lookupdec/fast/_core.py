@@ -16,11 +16,20 @@ Layout of :class:`NgramCache` (all arrays indexed by a key ordinal ``kid`` or a 
   says "none") and three aggregates kept up to date on every count change: ``sum``,
   ``max`` and ``best`` (the smallest token holding ``max``). They give Lemire's precheck
   (spec 10) in O(1), and with an empty static part the whole of try_primary in O(1);
-- nodes: ``ntok``, ``ncnt``, ``nnext``, ``nkey``, found by (kid, token) through a second
-  open-addressing table ``pslots``, so a count update never walks a list.
+- nodes: ``ntok``, ``ncnt``, ``nnext``, ``nkey``. A key whose counts sum to at most
+  :data:`SCAN_MAX` has at most that many followers, found by walking its list; the nodes of
+  every other key are found by (kid, token) through a second open-addressing table ``pslots``,
+  so a count update never walks a long list. Most keys of a replay are seen once or twice
+  (85 % of the WikiText replay's 599,225 keys have a sum of 1): the table holds a fifth of the
+  nodes and is a quarter of the size it had when it held all of them (2 MB instead of 8).
 
-Counts are i64 (the reference's are unbounded Python ints); the int32 wrap-around of
-llama.cpp's weight and score (spec 5) is emulated explicitly with :func:`wrap32`.
+Counts (``ncnt``) and the per-key ``sum`` and ``max`` are exact, like the reference's unbounded
+Python ints, but stored in int32 slots: a value past 2^31-1, which only merges of big caches
+reach, lives in an i64 side array (``wcnt``, ``wsum``, ``wmax``) and its slot holds
+``-1 - index`` there (no real count or sum is negative; see :func:`get_count`). That is 12
+bytes a key and node less than i64 slots (8.2 MB of the WikiText replay's peak). Counts
+saturate only when written to a file. The int32 wrap-around of llama.cpp's weight and score
+(spec 5) is emulated explicitly with :func:`wrap32`.
 """
 
 from __future__ import annotations
@@ -64,6 +73,10 @@ PAD_WORD: Final[i64] = -1
 # count can be this (counts are int32 in files and > 0 in caches).
 ABSENT: Final[i64] = -(2**62)
 INITIAL_SLOTS: Final[i64] = 16
+# A key whose counts sum to at most this many is scanned (its list has at most this many
+# nodes); the pair table holds the nodes of the keys past it. Bigger saves table memory and
+# costs longer scans (each node is two reads, ``ntok`` and ``nnext``, often cache misses).
+SCAN_MAX: Final[i64] = 8
 # NgramCache.merge probes the tables (built) for every key and follower of the other cache
 # when this cache has at least this many times more keys; otherwise it orders both caches'
 # keys and walks them side by side (see _merge_sorted), which reads memory in order.
@@ -144,6 +157,52 @@ def pair_probe(pslots: vec[i32], nkey: vec[i32], ntok: vec[i32], mask: i64, kid:
         if ntok[n] == tok and i64(nkey[n]) == kid:
             return n
         h = (h + 1) & mask
+
+
+# The int32 count slots and their i64 side arrays (see the module docstring). The values only
+# grow, so a slot that escaped to the side array never comes back: every escaped value is past
+# INT32_MAX, which lets the legacy writer saturate an escaped slot without reading its value.
+
+
+def get_count(slots: vec[i32], wide: vec[i64], i: i64) -> i64:
+    """The exact value of slot ``i``: the slot itself, or its entry in the side array ``wide``."""
+    c = i64(slots[i])
+    if c < 0:
+        return wide[-1 - c]
+    return c
+
+
+def set_count(slots: vec[i32], wide: vec[i64], i: i64, c: i64) -> vec[i64]:
+    """Store ``c`` (>= 0, at least the slot's value) in slot ``i``, in ``wide`` past INT32_MAX.
+
+    Returns ``wide``, which an append may have moved (vecs are values).
+    """
+    old = i64(slots[i])
+    if old < 0:
+        wide[-1 - old] = c
+    elif c <= INT32_MAX:
+        slots[i] = i32(c)
+    else:
+        slots[i] = i32(-1 - i64(len(wide)))
+        wide = append(wide, c)
+    return wide
+
+
+def is_probed(s: i64) -> bool:
+    """True when a key of sum slot ``s`` has its nodes in the pair table (sum past SCAN_MAX;
+    a negative slot is a sum past INT32_MAX)."""
+    return s > SCAN_MAX or s < 0
+
+
+def scan_list(head: vec[i32], ntok: vec[i32], nnext: vec[i32], kid: i64, tok: i32) -> i64:
+    """Node of follower ``tok`` found by walking key ``kid``'s list, ``-1`` if it has none such
+    (for keys of at most SCAN_MAX followers, which the pair table does not hold)."""
+    node = i64(head[kid])
+    while node >= 0:
+        if ntok[node] == tok:
+            return node
+        node = i64(nnext[node])
+    return -1
 
 
 def empty_slot(slots: vec[i32], h: i64, mask: i64) -> i64:
@@ -357,17 +416,21 @@ class NgramCache(StaticSource):
     _k1: vec[i64]
     _head: vec[i32]
     _tail: vec[i32]
-    _sum: vec[i64]
-    _max: vec[i64]
+    _sum: vec[i32]
+    _max: vec[i32]
+    _wsum: vec[i64]
+    _wmax: vec[i64]
     _best: vec[i32]
     _slots: vec[i32]
     _smask: i64
     _ntok: vec[i32]
-    _ncnt: vec[i64]
+    _ncnt: vec[i32]
+    _wcnt: vec[i64]
     _nnext: vec[i32]
     _nkey: vec[i32]
     _pslots: vec[i32]
     _pmask: i64
+    _pcount: i64
     _stale: bool
     _st_kid: i64
 
@@ -380,17 +443,21 @@ class NgramCache(StaticSource):
         self._k1 = vec[i64]()
         self._head = vec[i32]()
         self._tail = vec[i32]()
-        self._sum = vec[i64]()
-        self._max = vec[i64]()
+        self._sum = vec[i32]()
+        self._max = vec[i32]()
+        self._wsum = vec[i64]()
+        self._wmax = vec[i64]()
         self._best = vec[i32]()
         self._slots = filled_i32(INITIAL_SLOTS, NULL32)
         self._smask = INITIAL_SLOTS - 1
         self._ntok = vec[i32]()
-        self._ncnt = vec[i64]()
+        self._ncnt = vec[i32]()
+        self._wcnt = vec[i64]()
         self._nnext = vec[i32]()
         self._nkey = vec[i32]()
         self._pslots = filled_i32(INITIAL_SLOTS, NULL32)
         self._pmask = INITIAL_SLOTS - 1
+        self._pcount = 0
         self._stale = False
         self._st_kid = -1
 
@@ -407,7 +474,7 @@ class NgramCache(StaticSource):
         """
         if self._stale:
             self._rehash_keys(table_size(i64(len(self._k0))))
-            self._rehash_pairs(table_size(i64(len(self._ntok))))
+            self._rehash_pairs(table_size(self._n_probed_nodes()))
             self._stale = False
 
     def _find(self, w0: i64, w1: i64) -> i64:
@@ -460,20 +527,70 @@ class NgramCache(StaticSource):
         """Node of follower ``tok`` of key ``kid``, -1 if absent."""
         if self._stale:
             self._fresh()
+        if not is_probed(i64(self._sum[kid])):
+            return scan_list(self._head, self._ntok, self._nnext, kid, tok)
         n = pair_probe(self._pslots, self._nkey, self._ntok, self._pmask, kid, tok)
         if n < 0:  # an if statement for the reason given in _find
             return -1
         return n
 
+    def _n_probed_nodes(self) -> i64:
+        """Number of nodes the pair table holds: those of keys whose sum is past SCAN_MAX."""
+        ksum = self._sum
+        nkey = self._nkey
+        n: i64 = 0
+        for nid in range(len(nkey)):
+            if is_probed(i64(ksum[i64(nkey[nid])])):
+                n += 1
+        return n
+
     def _rehash_pairs(self, size: i64) -> None:
+        """Rebuild the pair table at ``size`` slots from the nodes of the probed keys, in node order."""
         pslots = filled_i32(size, NULL32)
         mask = size - 1
         nkey = self._nkey
         ntok = self._ntok
+        ksum = self._sum
+        count: i64 = 0
         for nid in range(len(ntok)):
-            pslots[empty_slot(pslots, pair_hash(i64(nkey[nid]), ntok[nid]) & mask, mask)] = i32(nid)
+            kid = i64(nkey[nid])
+            if is_probed(i64(ksum[kid])):
+                pslots[empty_slot(pslots, pair_hash(kid, ntok[nid]) & mask, mask)] = i32(nid)
+                count += 1
         self._pslots = pslots
         self._pmask = mask
+        self._pcount = count
+
+    def _probe_insert(self, nid: i64, slot: i64) -> None:
+        """Put the new node ``nid`` of a probed key in the pair table at the empty ``slot``."""
+        self._pslots[slot] = i32(nid)
+        self._pcount += 1
+        mask = self._pmask
+        if 2 * self._pcount > mask + 1:
+            self._rehash_pairs(2 * (mask + 1))
+
+    def _start_probing(self, kid: i64) -> None:
+        """Key ``kid``'s sum just passed SCAN_MAX: put its nodes (at most SCAN_MAX + 1) in the pair table."""
+        head = self._head
+        nnext = self._nnext
+        m: i64 = 0
+        node = i64(head[kid])
+        while node >= 0:
+            m += 1
+            node = i64(nnext[node])
+        if 2 * (self._pcount + m) > self._pmask + 1:
+            # Grown first, as one by one would have: the rebuilt table holds this key's nodes
+            # too, since its sum is past SCAN_MAX already.
+            self._rehash_pairs(table_size(self._pcount + m))
+            return
+        pslots = self._pslots
+        ntok = self._ntok
+        mask = self._pmask
+        node = i64(head[kid])
+        while node >= 0:
+            pslots[empty_slot(pslots, pair_hash(kid, ntok[node]) & mask, mask)] = i32(node)
+            node = i64(nnext[node])
+        self._pcount += m
 
     def _bump(self, kid: i64, tok: i32, c: i64) -> None:
         """Add ``c`` (> 0) to the count of follower ``tok`` of key ``kid``, creating it if absent.
@@ -481,18 +598,31 @@ class NgramCache(StaticSource):
         The tables must be fresh: every caller has ``kid`` from :meth:`_intern`, which makes them so.
         """
         ntok = self._ntok
-        mask = self._pmask
-        n = pair_probe(self._pslots, self._nkey, ntok, mask, kid, tok)
+        s = i64(self._sum[kid])
+        probed = is_probed(s)
+        if probed:
+            n = pair_probe(self._pslots, self._nkey, ntok, self._pmask, kid, tok)
+        else:
+            n = scan_list(self._head, ntok, self._nnext, kid, tok)
         if n >= 0:
             ncnt = self._ncnt
-            nc = ncnt[n] + c
-            ncnt[n] = nc
+            nc = i64(ncnt[n]) + c
+            if ncnt[n] >= 0 and nc <= INT32_MAX:
+                ncnt[n] = i32(nc)
+            else:
+                nc = get_count(ncnt, self._wcnt, n) + c
+                self._wcnt = set_count(ncnt, self._wcnt, n, nc)
             self._after_bump(kid, tok, c, nc)
+            if not probed and s + c > SCAN_MAX:
+                self._start_probing(kid)
             return
         nid = i64(len(ntok))
-        self._pslots[-1 - n] = i32(nid)
         self._ntok = append(ntok, tok)
-        self._ncnt = append(self._ncnt, c)
+        if c <= INT32_MAX:
+            self._ncnt = append(self._ncnt, i32(c))
+        else:  # past int32 (a merge of big counts): kept exactly in the side array
+            self._ncnt = append(self._ncnt, 0)
+            self._wcnt = set_count(self._ncnt, self._wcnt, nid, c)
         self._nnext = append(self._nnext, NULL32)
         self._nkey = append(self._nkey, i32(kid))
         # Append at the tail: followers keep insertion order, like the reference's dicts.
@@ -504,15 +634,28 @@ class NgramCache(StaticSource):
             self._nnext[last] = i32(nid)
         tail[kid] = i32(nid)
         self._after_bump(kid, tok, c, c)
-        if 2 * (nid + 1) > mask + 1:
-            self._rehash_pairs(2 * (mask + 1))
+        if probed:
+            self._probe_insert(nid, -1 - n)
+        elif s + c > SCAN_MAX:
+            self._start_probing(kid)
 
     def _after_bump(self, kid: i64, tok: i32, c: i64, nc: i64) -> None:
         # Counts only grow, so the max and its smallest holder update in O(1).
-        self._sum[kid] += c
-        mx = self._max[kid]
+        ksum = self._sum
+        s = i64(ksum[kid])
+        if s >= 0 and s + c <= INT32_MAX:
+            ksum[kid] = i32(s + c)
+        else:
+            self._wsum = set_count(ksum, self._wsum, kid, get_count(ksum, self._wsum, kid) + c)
+        kmax = self._max
+        mx = i64(kmax[kid])
+        if mx < 0:
+            mx = self._wmax[-1 - mx]
         if nc > mx:
-            self._max[kid] = nc
+            if nc <= INT32_MAX:  # then mx < INT32_MAX too: its slot is not in the side array
+                kmax[kid] = i32(nc)
+            else:
+                self._wmax = set_count(kmax, self._wmax, kid, nc)
             self._best[kid] = tok
         elif nc == mx and tok < self._best[kid]:
             self._best[kid] = tok
@@ -542,7 +685,7 @@ class NgramCache(StaticSource):
             mine = self._intern(ok0[kid], ok1[kid])
             node = i64(ohead[kid])
             while node >= 0:
-                self._bump(mine, other._ntok[node], other._ncnt[node])
+                self._bump(mine, other._ntok[node], get_count(other._ncnt, other._wcnt, node))
                 node = i64(other._nnext[node])
 
     def _merge_sorted(self, other: NgramCache) -> None:
@@ -586,14 +729,18 @@ class NgramCache(StaticSource):
         tail = self._tail
         ksum = self._sum
         kmax = self._max
+        wsum = self._wsum
+        wmax = self._wmax
         best = self._best
         ntok = self._ntok
         ncnt = self._ncnt
+        wcnt = self._wcnt
         nnext = self._nnext
         nkey = self._nkey
         ohead = other._head
         ontok = other._ntok
         oncnt = other._ncnt
+        owcnt = other._wcnt
         onext = other._nnext
         # The cache lets go of its arrays while the locals grow: an append that moves a buffer
         # frees the old one only if nothing else holds it (the Drafter's merge of a small cache
@@ -611,7 +758,12 @@ class NgramCache(StaticSource):
                 first = i64(len(ntok))
                 while node >= 0:
                     ntok = append(ntok, ontok[node])
-                    ncnt = append(ncnt, oncnt[node])
+                    oc = oncnt[node]
+                    if oc >= 0:
+                        ncnt = append(ncnt, oc)
+                    else:  # a count in other's side array goes to this cache's
+                        ncnt = append(ncnt, 0)
+                        wcnt = set_count(ncnt, wcnt, i64(len(ncnt)) - 1, owcnt[-1 - i64(oc)])
                     nnext = append(nnext, i32(len(ntok)))  # the next node; the last is fixed below
                     nkey = append(nkey, i32(kid))
                     node = i64(onext[node])
@@ -623,8 +775,17 @@ class NgramCache(StaticSource):
                     nnext[last] = NULL32
                 head = append(head, i32(first))
                 tail = append(tail, i32(last))
-                ksum = append(ksum, other._sum[okid])
-                kmax = append(kmax, other._max[okid])
+                # The aggregates as they are (through the side arrays past int32, as the
+                # probe merge would store them). A sum that fits has a max that fits.
+                osum = other._sum[okid]
+                if osum >= 0:
+                    ksum = append(ksum, osum)
+                    kmax = append(kmax, other._max[okid])
+                else:
+                    ksum = append(ksum, 0)
+                    wsum = set_count(ksum, wsum, kid, get_count(other._sum, other._wsum, okid))
+                    kmax = append(kmax, 0)
+                    wmax = set_count(kmax, wmax, kid, get_count(other._max, other._wmax, okid))
                 best = append(best, other._best[okid])
                 continue
             # A shared key: its own followers as sorted (token, node) words to search.
@@ -642,22 +803,38 @@ class NgramCache(StaticSource):
                 p = i64(nnext[p])
             if not ascending:
                 _legacy.sort_i64(scratch, nf)
-            total = ksum[kid]
-            mx = kmax[kid]
+            total = i64(ksum[kid])
+            mx = i64(kmax[kid])
+            if total < 0:  # past int32: the exact values are in the side arrays
+                total = wsum[-1 - total]
+                mx = get_count(kmax, wmax, kid)
             bt = best[kid]
             while node >= 0:
                 tok32 = ontok[node]
-                c = oncnt[node]
+                # The int32 slots read and written inline, the side arrays only past int32:
+                # get_count and set_count per follower cost this loop 7 % (a merge of loaded caches).
+                c = i64(oncnt[node])
+                if c < 0:
+                    c = owcnt[-1 - c]
                 at = find_token(scratch, nf, tok32)
                 if at >= 0:
                     q = scratch[at] & M32
-                    nc = ncnt[q] + c
-                    ncnt[q] = nc
+                    old = i64(ncnt[q])
+                    nc = old + c
+                    if old >= 0 and nc <= INT32_MAX:
+                        ncnt[q] = i32(nc)
+                    else:
+                        nc = get_count(ncnt, wcnt, q) + c
+                        wcnt = set_count(ncnt, wcnt, q, nc)
                 else:
                     # A new follower, appended at the key's tail (insertion order).
                     nid = i64(len(ntok))
                     ntok = append(ntok, tok32)
-                    ncnt = append(ncnt, c)
+                    if c <= INT32_MAX:
+                        ncnt = append(ncnt, i32(c))
+                    else:
+                        ncnt = append(ncnt, 0)
+                        wcnt = set_count(ncnt, wcnt, nid, c)
                     nnext = append(nnext, NULL32)
                     nkey = append(nkey, i32(kid))
                     end = i64(tail[kid])
@@ -675,11 +852,17 @@ class NgramCache(StaticSource):
                 elif nc == mx and tok32 < bt:
                     bt = tok32
                 node = i64(onext[node])
-            ksum[kid] = total
-            kmax[kid] = mx
+            if total <= INT32_MAX:  # then neither slot is in a side array (values only grow)
+                ksum[kid] = i32(total)
+                kmax[kid] = i32(mx)
+            else:
+                wsum = set_count(ksum, wsum, kid, total)
+                wmax = set_count(kmax, wmax, kid, mx)
             best[kid] = bt
         # The grown arrays, and the old tables freed: _fresh builds them at the new sizes.
-        self._adopt(_legacy.Decoded((k0, k1, head, tail, ksum, kmax, best), (ntok, ncnt, nnext, nkey)))
+        self._adopt(
+            _legacy.Decoded((k0, k1, head, tail, ksum, kmax, best), (ntok, ncnt, nnext, nkey), (wcnt, wsum, wmax))
+        )
 
     def _clear_keep(self) -> None:
         """Remove every key but keep the table sizes (the replay clears its context per chunk)."""
@@ -689,11 +872,14 @@ class NgramCache(StaticSource):
         self._k1 = vec[i64](capacity=n_keys)
         self._head = vec[i32](capacity=n_keys)
         self._tail = vec[i32](capacity=n_keys)
-        self._sum = vec[i64](capacity=n_keys)
-        self._max = vec[i64](capacity=n_keys)
+        self._sum = vec[i32](capacity=n_keys)
+        self._max = vec[i32](capacity=n_keys)
+        self._wsum = vec[i64]()
+        self._wmax = vec[i64]()
         self._best = vec[i32](capacity=n_keys)
         self._ntok = vec[i32](capacity=n_nodes)
-        self._ncnt = vec[i64](capacity=n_nodes)
+        self._ncnt = vec[i32](capacity=n_nodes)
+        self._wcnt = vec[i64]()
         self._nnext = vec[i32](capacity=n_nodes)
         self._nkey = vec[i32](capacity=n_nodes)
         slots = self._slots
@@ -702,6 +888,7 @@ class NgramCache(StaticSource):
         pslots = self._pslots
         for j in range(len(pslots)):
             pslots[j] = NULL32
+        self._pcount = 0
         self._stale = False  # no keys: empty tables of any size are right
         self._st_kid = -1
 
@@ -710,13 +897,17 @@ class NgramCache(StaticSource):
         d: dict[int, int] = {}
         node = i64(self._head[kid])
         while node >= 0:
-            d[int(self._ntok[node])] = int(self._ncnt[node])
+            d[int(self._ntok[node])] = int(self._count(node))
             node = i64(self._nnext[node])
         return d
 
     def _n_keys_native(self) -> i64:
         """Number of keys."""
         return i64(len(self._k0))
+
+    def _count(self, node: i64) -> i64:
+        """The exact count of ``node`` (its int32 slot, or its side entry past INT32_MAX)."""
+        return get_count(self._ncnt, self._wcnt, node)
 
     # --- the static-source interface ------------------------------------------------
 
@@ -732,13 +923,13 @@ class NgramCache(StaticSource):
     def _st_count(self, tok: i32) -> i64:
         """Count of ``tok`` in the selected part, ABSENT when it is not a follower."""
         node = self._pair_find(self._st_kid, tok)
-        return self._ncnt[node] if node >= 0 else ABSENT
+        return self._count(node) if node >= 0 else ABSENT
 
     def _st_pick(self) -> i32:
         """Spec 3.2 from the aggregates: the max-count follower if >= 2 observations and >= 50 %."""
         kid = self._st_kid
-        total = self._sum[kid]
-        if total < STATIC_MIN_SAMPLE or 100 * self._max[kid] < STATIC_MIN_PERCENT * total:
+        total = get_count(self._sum, self._wsum, kid)
+        if total < STATIC_MIN_SAMPLE or 100 * get_count(self._max, self._wmax, kid) < STATIC_MIN_PERCENT * total:
             return NULL32
         return self._best[kid]
 
@@ -804,17 +995,21 @@ class NgramCache(StaticSource):
         self._k1 = copy_i64(other._k1)
         self._head = copy_i32(other._head)
         self._tail = copy_i32(other._tail)
-        self._sum = copy_i64(other._sum)
-        self._max = copy_i64(other._max)
+        self._sum = copy_i32(other._sum)
+        self._max = copy_i32(other._max)
+        self._wsum = copy_i64(other._wsum)
+        self._wmax = copy_i64(other._wmax)
         self._best = copy_i32(other._best)
         self._slots = copy_i32(other._slots)
         self._smask = other._smask
         self._ntok = copy_i32(other._ntok)
-        self._ncnt = copy_i64(other._ncnt)
+        self._ncnt = copy_i32(other._ncnt)
+        self._wcnt = copy_i64(other._wcnt)
         self._nnext = copy_i32(other._nnext)
         self._nkey = copy_i32(other._nkey)
         self._pslots = copy_i32(other._pslots)
         self._pmask = other._pmask
+        self._pcount = other._pcount
         self._stale = other._stale
         self._st_kid = -1
 
@@ -826,9 +1021,12 @@ class NgramCache(StaticSource):
         self._tail = d.tail
         self._sum = d.ksum
         self._max = d.kmax
+        self._wsum = d.wsum
+        self._wmax = d.wmax
         self._best = d.best
         self._ntok = d.ntok
         self._ncnt = d.ncnt
+        self._wcnt = d.wcnt
         self._nnext = d.nnext
         self._nkey = d.nkey
         # The tables are built on first use (see _fresh): a load followed by a merge and a
@@ -837,6 +1035,7 @@ class NgramCache(StaticSource):
         self._smask = INITIAL_SLOTS - 1
         self._pslots = filled_i32(INITIAL_SLOTS, NULL32)
         self._pmask = INITIAL_SLOTS - 1
+        self._pcount = 0
         self._stale = True
         self._st_kid = -1
 
@@ -889,7 +1088,7 @@ class NgramCache(StaticSource):
         fol: list[tuple[int, int]] = []
         node = i64(self._head[kid])
         while node >= 0:
-            fol.append((int(self._ntok[node]), int(self._ncnt[node])))
+            fol.append((int(self._ntok[node]), int(self._count(node))))
             node = i64(self._nnext[node])
         fol.sort()
         return fol
@@ -922,7 +1121,7 @@ class NgramCache(StaticSource):
             node = i64(self._head[kid])
             while node >= 0:
                 onode = other._pair_find(okid, self._ntok[node])
-                if onode < 0 or other._ncnt[onode] != self._ncnt[node]:
+                if onode < 0 or other._count(onode) != self._count(node):
                     return False
                 node = i64(self._nnext[node])
         return True
@@ -945,7 +1144,7 @@ class NgramCache(StaticSource):
         """Sum of all counts (the number of observations)."""
         total = 0
         for kid in range(len(self._sum)):
-            total += int(self._sum[kid])
+            total += int(get_count(self._sum, self._wsum, kid))
         return total
 
     @classmethod
@@ -1061,11 +1260,14 @@ def try_primary(
         kid = c._find(pack(t0, t1), pack(t2, t3))
         if kid < 0:
             continue
-        total = c._sum[kid]
+        total = i64(c._sum[kid])
+        mx = i64(c._max[kid])
+        if total < 0:  # past int32: the exact sum and max are in the side arrays
+            total = c._wsum[-1 - total]
+            mx = get_count(c._max, c._wmax, kid)
         if total < min_sample[i]:
             continue
         pct = min_percent[i]
-        mx = c._max[kid]
         # Lemire's precheck (spec 10): the selected count is <= the max, so this cannot pass later.
         if 100 * mx < pct * total:
             continue
@@ -1081,11 +1283,14 @@ def try_primary(
         best_s: i64 = 0
         ntok = c._ntok
         ncnt = c._ncnt
+        wcnt = c._wcnt
         nnext = c._nnext
         node = i64(c._head[kid])
         while node >= 0:
             tok = ntok[node]
-            cnt = ncnt[node]
+            cnt = i64(ncnt[node])
+            if cnt < 0:
+                cnt = wcnt[-1 - cnt]
             w: i64 = 1
             if has_st:
                 stc = st._st_count(tok)

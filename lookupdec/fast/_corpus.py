@@ -4,8 +4,8 @@ Compiled by mypyc with :mod:`lookupdec.fast._hybrid` (see ``setup.py``). A
 :class:`CorpusIndex` is the corpus part of a ``SuffixHistory``: the corpus's token ids, its
 indexed positions grouped by bigram (a contiguous run per bigram, newest first, each entry
 holding the position and the token before its bigram, so that most comparisons never leave
-the run), an open-addressing slot table over the bigrams, and per token its newest
-occurrence. :meth:`CorpusIndex.open` maps a file in O(1) (the mapping seen as one ``bytes``,
+the run), an open-addressing slot table over the bigrams, and per token its occurrences
+(newest first, a run per token). :meth:`CorpusIndex.open` maps a file in O(1) (the mapping seen as one ``bytes``,
 :mod:`lookupdec.fast._mapbytes`, which compiled code reads natively with
 ``librt.strings.read_i32_le``); :meth:`CorpusIndex.from_tokens` builds the same bytes in
 memory (what ``add_corpus(ids)`` uses), :meth:`CorpusIndex.save` writes them.
@@ -91,13 +91,14 @@ def slots_for(keys: vec[i64], size: i64) -> vec[i32]:
 
 
 def corpus_bytes(ids: vec[i32], vocab_size: int = 0, vocab_fingerprint: bytes = bytes(8)) -> bytes:
-    """The corpus file of ``ids`` (-1 between documents): header, ids, slots, entries, unigrams.
+    """The corpus file of ``ids`` (-1 between documents): header, ids, slots, entries, unigrams, after.
 
     Bigrams are numbered in the order of their first indexed position; a position ``i`` is
     indexed when ``ids[i-2]``, ``ids[i-1]``, ``ids[i]`` are tokens (not -1). Bigram ``k``'s
     run holds its positions newest first; the slot table places the bigrams in that order,
     each at the first free slot from its home ``static_slot`` (linear probing); unigram
-    records are ascending by token. So the bytes depend on the ids only.
+    records are ascending by token, each with the first index of its token's run in the after
+    section (its positions newest first). So the bytes depend on the ids only.
     """
     from lookupdec.formats.corpus import CORPUS_HEADER, CORPUS_VERSION, MAGIC_CORPUS, min_slots
 
@@ -145,17 +146,37 @@ def corpus_bytes(ids: vec[i32], vocab_size: int = 0, vocab_fingerprint: bytes = 
         while where[h] >= 0:
             h = (h + 1) & mask
         where[h] = i32(k)
-    # the one-token fallback: per token, the newest position that follows it
+    # the one-token fallback: per token t, the positions i with ids[i-1] == t (and ids[i] a
+    # token), newest first, one run per token in ascending token order (a counting sort)
     unis = _Keys()
-    last = vec[i32]()
+    ucount = vec[i32]()
     for i in range(1, n):
         a = ids[i - 1]
         if a != SEP and ids[i] != SEP:
             u = unis.intern(pack(a, a))
-            if u == i64(len(last)):
-                last = append(last, i32(i))
-            else:
-                last[u] = i32(i)
+            if u == i64(len(ucount)):
+                ucount = append(ucount, 0)
+            ucount[u] += 1
+    n_uni = i64(len(ucount))
+    order = sorted([(int(low32(unis.keys[u])), int(u)) for u in range(n_uni)])
+    ustart = filled_i32(n_uni, 0)
+    n_after: i64 = 0
+    for _t, uo in order:
+        u = i64(uo)
+        ustart[u] = i32(n_after)
+        n_after += i64(ucount[u])
+    ufill = filled_i32(n_uni, 0)
+    for u in range(n_uni):
+        ufill[u] = ustart[u]
+    after = filled_i32(n_after, 0)
+    i = n - 1
+    while i >= 1:  # newest first within each run
+        a = ids[i - 1]
+        if a != SEP and ids[i] != SEP:
+            u = unis.intern(pack(a, a))
+            after[i64(ufill[u])] = i32(i)
+            ufill[u] += 1
+        i -= 1
     w8 = BytesWriter()
     for j in range(n):
         write_i32_le(w8, ids[j])
@@ -177,12 +198,16 @@ def corpus_bytes(ids: vec[i32], vocab_size: int = 0, vocab_fingerprint: bytes = 
         if p >= 3:
             pre = ids[p - 3]
         write_i32_le(w8, pre)
-    for t in sorted([int(low32(w)) for w in unis.keys]):
+    for t, uo in order:
         write_i32_le(w8, i32(t))
-        write_i32_le(w8, last[unis.intern(pack(i32(t), i32(t)))])
+        write_i32_le(w8, ustart[i64(uo)])
+    for g in range(n_after):
+        write_i32_le(w8, after[g])
+    if n_after % 2 == 1:
+        write_i32_le(w8, 0)  # pads the after section to a multiple of 8 bytes
     body = w8.getvalue()
     header = CORPUS_HEADER.pack(
-        MAGIC_CORPUS, CORPUS_VERSION, HEADER_SIZE, 0, 0, n, n_bigrams, n_slots, total, len(unis.keys),
+        MAGIC_CORPUS, CORPUS_VERSION, HEADER_SIZE, 0, n_after, n, n_bigrams, n_slots, total, n_uni,
         vocab_size, vocab_fingerprint, HEADER_SIZE + len(body), hashlib.blake2b(body, digest_size=8).digest(),
     )  # fmt: skip
     return header + body
@@ -204,6 +229,7 @@ class CorpusIndex:
     n_slots: i64
     n_entries: i64
     n_unigrams: i64
+    n_after: i64
     vocab_size: int
     vocab_fingerprint: bytes
     _buf: bytes
@@ -212,6 +238,7 @@ class CorpusIndex:
     _o_slots: i64
     _o_entries: i64
     _o_unigrams: i64
+    _o_after: i64
 
     def __init__(self, path: str, data: bytes, view: MappedBytes | None = None) -> None:
         """Use :meth:`open`, :meth:`from_tokens` or :meth:`from_bytes` instead."""
@@ -227,12 +254,14 @@ class CorpusIndex:
         self.n_slots = h.n_slots
         self.n_entries = h.n_entries
         self.n_unigrams = h.n_unigrams
+        self.n_after = h.n_after
         self.vocab_size = h.vocab_size
         self.vocab_fingerprint = bytes(h.vocab_fingerprint)
         self._bits = slot_bits(h.n_slots)
         self._o_slots = h.slots_offset
         self._o_entries = h.entries_offset
         self._o_unigrams = h.unigrams_offset
+        self._o_after = h.after_offset
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, in_memory: bool = False) -> CorpusIndex:
@@ -310,7 +339,7 @@ class CorpusIndex:
         except ValueError as e:
             raise CacheFormatError(self.path, str(e)) from None
         if want[HEADER_SIZE:] != body:
-            raise CacheFormatError(self.path, "slots, entries or unigrams differ from what the ids give")
+            raise CacheFormatError(self.path, "slots, entries, unigrams or after section differ from what the ids give")
 
     def close(self) -> None:
         """Release the mapping (an in-memory corpus drops its buffer); it is then empty."""
@@ -319,6 +348,7 @@ class CorpusIndex:
         self.n_bigrams = 0
         self.n_entries = 0
         self.n_unigrams = 0
+        self.n_after = 0
         view = self._view
         self._view = None
         if view is not None:
@@ -373,8 +403,9 @@ class CorpusIndex:
     def _bad_entry(self, g: i64) -> CacheFormatError:
         return self._corrupt(f"entry {g}: position outside 2..n_tokens - 1", self._o_entries + ENTRY_SIZE * g)
 
-    def _last_after(self, t: i32) -> i64:
-        """The newest position ``i`` with ``ids[i-1] == t`` and ``ids[i]`` a token, -1 if none."""
+    def _after_run(self, t: i32) -> tuple[i64, i64]:
+        """(first index, number) of the after section's run of token ``t``: the positions ``i``
+        with ``ids[i-1] == t`` and ``ids[i]`` a token, newest first; (0, 0) if none."""
         lo: i64 = 0
         hi = self.n_unigrams
         buf = self._buf
@@ -386,8 +417,22 @@ class CorpusIndex:
             else:
                 hi = mid
         if lo >= self.n_unigrams or read_i32_le(buf, o + UNIGRAM_SIZE * lo) != t:
-            return -1
-        p = i64(read_i32_le(buf, o + UNIGRAM_SIZE * lo + 4))
+            return 0, 0
+        start = i64(read_i32_le(buf, o + UNIGRAM_SIZE * lo + 4))
+        end = self.n_after
+        if lo + 1 < self.n_unigrams:
+            end = i64(read_i32_le(buf, o + UNIGRAM_SIZE * (lo + 1) + 4))
+        if start < 0 or end <= start or end > self.n_after:
+            raise self._corrupt(
+                f"unigram {t}: run {start}..{end} is empty or outside the {self.n_after} positions",
+                o + UNIGRAM_SIZE * lo + 4,
+            )
+        return start, end - start
+
+    def _after_pos(self, g: i64) -> i64:
+        """Position ``g`` of the after section, checked."""
+        off = self._o_after + 4 * g
+        p = i64(read_i32_le(self._buf, off))
         if p < 1 or p >= self.n_tokens:
-            raise self._corrupt(f"unigram {t}: position {p} outside 1..n_tokens - 1", o + UNIGRAM_SIZE * lo + 4)
+            raise self._corrupt(f"after position {g}: {p} outside 1..n_tokens - 1", off)
         return p

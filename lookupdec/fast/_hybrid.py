@@ -15,24 +15,32 @@ Layout of :class:`SuffixHistory`:
   each with its most recent indexed position; ``prev[p]`` links to the previous indexed
   position of the same bigram (-1 at the end), so candidates are walked newest first;
 - ``ukey``/``ulast``: per single token ``t``, the most recent indexed position ``p`` with
-  ``toks[p-1] == t`` (the one-token fallback).
+  ``toks[p-1] == t``; ``uprev[p]`` links to the previous one (the one-token fallback walks
+  them newest first);
+- ``tslots``: the trigrams seen, an open-addressing table holding each one's most recent
+  indexed position ``p`` (``toks[p-3..p-1]`` is the trigram, so the table stores no keys);
+  ``tprev[p]`` links to the previous position of the same trigram (-1 at the end): the deep
+  search for matches older than a common bigram's newest occurrences.
 
 When the stream would exceed ``max_tokens``, the older half is dropped and the index rebuilt
-over what is left (amortised O(1) per token; memory stays below about 16 bytes per kept
-token plus the tables).
+over what is left (amortised O(1) per token; memory: 16 bytes per kept token, the token and
+its three links, plus the tables).
 
 A corpus (:meth:`SuffixHistory.add_corpus`) is held apart, as a
 :class:`~lookupdec.fast._corpus.CorpusIndex` (a corpus file, mapped or built in memory):
 older than every request, never evicted, and closed at both ends (matches and
 continuations stop at its start and end). Candidate positions ``>= CORPUS_BASE`` are its
-ids' positions plus :data:`CORPUS_BASE`; :meth:`SuffixHistory._tok` reads either part.
+ids' positions plus :data:`CORPUS_BASE`; :meth:`SuffixHistory._tok` reads either part. They
+are no request's (the current-request statistic leaves them out) and are walked after the
+requests' occurrences: the bigram's run, the trigram's (the run's entries whose token
+before is the trigram's first) and the last token's occurrences.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Final, cast
 
 from librt.strings import read_i32_le
 from librt.vecs import append, vec
@@ -66,17 +74,24 @@ SEP: Final[i32] = -1
 CORPUS_BASE: Final[i64] = 1 << 40
 """Candidate positions at or above this are the corpus's (its id positions plus this)."""
 DEFAULT_MAX_TOKENS: Final = 1 << 22
-"""Default bound of a :class:`SuffixHistory`: 4,194,304 tokens (about 70 MB at most)."""
+"""Default bound of a :class:`SuffixHistory`: 4,194,304 tokens (64 MB for them and their links, plus the tables)."""
 MAX_CANDIDATES: Final[i64] = 32
 """How many earlier occurrences of the last bigram are compared, newest first."""
+UNIGRAM_CANDIDATES: Final[i64] = 64
+"""If the last bigram never occurred: how many of the last token's occurrences vote, newest first."""
+DEEP_CANDIDATES: Final[i64] = 32
+"""When the last bigram has at least ``max_candidates`` occurrences: how many older occurrences of
+the last trigram are compared too (a common bigram's newest occurrences rarely hold the longest match)."""
 MATCH_SLACK: Final[i64] = 1
 """Occurrences whose match is at most this much shorter than the longest are followed too (they vote)."""
 MAX_MATCH: Final[i64] = 32
 """Matches are measured up to this many tokens (longer ones count as this long)."""
 N_LEN: Final[i64] = 33
 """Acceptance statistics are kept per effective match length 1..32 (match length + offset) ..."""
-N_CLASS: Final[i64] = 5
+N_CLASS: Final[i64] = 9
 """... per support class of the drafted token (see :func:`support_class`) ..."""
+N_CUR: Final[i64] = 2
+"""... per whether the newest followed occurrence with that token is in the current request ..."""
 N_STATIC: Final[i64] = 6
 """... per static class of the drafted token (see :func:`static_class`) ..."""
 N_KIND: Final[i64] = 2
@@ -117,17 +132,27 @@ def zeros_i64(n: i64) -> vec[i64]:
 
 
 def support_class(count: i64, n_active: i64) -> i64:
-    """How well the candidates support a drafted token: 0 a single candidate, 1 one of several
-    (the newest wins a tie), 2 all of >= 2, 3 at least half, 4 fewer than half."""
+    """How well the ``n_active`` candidates support a drafted token that ``count`` of them follow:
+    0 a single candidate, 1 one of several (the newest wins a tie), all of 2 / 3-5 / >= 6 (2, 3,
+    4), at least half with ``count`` <= 3 / >= 4 (5, 6), fewer than half with ``count`` >= 4 /
+    2-3 (7, 8)."""
     if n_active == 1:
         return 0
     if count == 1:
         return 1
     if count == n_active:
-        return 2
+        if n_active == 2:
+            return 2
+        if n_active <= 5:
+            return 3
+        return 4
     if 2 * count >= n_active:
-        return 3
-    return 4
+        if count <= 3:
+            return 5
+        return 6
+    if count >= 4:
+        return 7
+    return 8
 
 
 def static_class(st: StaticSource, a: i32, b: i32, t: i32) -> i64:
@@ -156,11 +181,11 @@ def llama_cell(m: i64, j: i64, confirmed: bool) -> i64:
     return cell if confirmed else cell + N_LLAMA_CELLS
 
 
-def stat_cell(count: i64, n_active: i64, length: i64, sclass: i64, kind: i64) -> i64:
+def stat_cell(count: i64, n_active: i64, length: i64, sclass: i64, kind: i64, cur: i64) -> i64:
     """Index of the acceptance statistic for a token drafted after a match of ``length`` tokens
-    (``sclass``: :func:`static_class`; ``kind``: see :data:`N_KIND`)."""
+    (``sclass``: :func:`static_class`; ``kind``: see :data:`N_KIND`; ``cur``: see :data:`N_CUR`)."""
     eff = length if length < N_LEN - 1 else N_LEN - 1
-    return ((kind * N_STATIC + sclass) * N_CLASS + support_class(count, n_active)) * N_LEN + eff
+    return (((kind * N_STATIC + sclass) * N_CLASS + support_class(count, n_active)) * N_CUR + cur) * N_LEN + eff
 
 
 class SuffixHistory:
@@ -178,10 +203,16 @@ class SuffixHistory:
     bmask: i64
     ukey: vec[i32]
     ulast: vec[i32]
+    uprev: vec[i32]
     uslots: vec[i32]
     umask: i64
+    tslots: vec[i32]
+    tmask: i64
+    n_tri: i64
+    tprev: vec[i32]
     max_tokens: i64
     n_evictions: i64
+    req_start: i64
     cand_p: vec[i64]
     cand_len: vec[i64]
     n_cand: i64
@@ -196,6 +227,7 @@ class SuffixHistory:
             raise ValueError(f"max_tokens must be >= 16, got {max_tokens}")
         self.max_tokens = max_tokens
         self.n_evictions = 0
+        self.req_start = 0  # where the latest request starts (after its separator)
         self.cand_p = vec[i64]()
         self.cand_len = vec[i64]()
         self.n_cand = 0
@@ -215,8 +247,13 @@ class SuffixHistory:
         self.bmask = INITIAL_SLOTS - 1
         self.ukey = vec[i32]()
         self.ulast = vec[i32]()
+        self.uprev = vec[i32]()
         self.uslots = filled_i32(INITIAL_SLOTS, NULL32)
         self.umask = INITIAL_SLOTS - 1
+        self.tslots = filled_i32(INITIAL_SLOTS, NULL32)
+        self.tmask = INITIAL_SLOTS - 1
+        self.n_tri = 0
+        self.tprev = vec[i32]()
 
     def corpus_tokens(self) -> int:
         """Number of the corpus's ids (separators between its documents included; 0 without a corpus)."""
@@ -297,7 +334,8 @@ class SuffixHistory:
                 return s
             h = (h + 1) & mask
 
-    def _uset(self, t: i32, p: i64) -> None:
+    def _uset(self, t: i32, p: i64) -> i32:
+        """Make ``p`` the newest position after token ``t``; returns the previous one (-1: none)."""
         slots = self.uslots
         keys = self.ukey
         mask = self.umask
@@ -307,8 +345,9 @@ class SuffixHistory:
             if s < 0:
                 break
             if keys[s] == t:
+                old = self.ulast[s]
                 self.ulast[s] = i32(p)
-                return
+                return old
             h = (h + 1) & mask
         kid = i64(len(keys))
         slots[h] = i32(kid)
@@ -326,6 +365,43 @@ class SuffixHistory:
                 ns[g] = i32(j)
             self.uslots = ns
             self.umask = nm
+        return NULL32
+
+    # --- trigram table --------------------------------------------------------------
+
+    def _tslot(self, a: i32, b: i32, c: i32) -> i64:
+        """Slot of the trigram (a, b, c): where its newest position is, or the free slot for it."""
+        slots = self.tslots
+        toks = self.toks
+        mask = self.tmask
+        h = key_hash(pack(a, b), pack(c, c)) & mask
+        while True:
+            s = i64(slots[h])
+            if s < 0 or (toks[s - 3] == a and toks[s - 2] == b and toks[s - 1] == c):
+                return h
+            h = (h + 1) & mask
+
+    def _tset(self, p: i64) -> i32:
+        """Make ``p`` the newest position of the trigram before it; returns the previous one (-1: none)."""
+        toks = self.toks
+        h = self._tslot(toks[p - 3], toks[p - 2], toks[p - 1])
+        old = self.tslots[h]
+        self.tslots[h] = i32(p)
+        if old < 0:
+            self.n_tri += 1
+            if 2 * self.n_tri > self.tmask + 1:
+                self._tgrow()
+        return old
+
+    def _tgrow(self) -> None:
+        old = self.tslots
+        self.tslots = filled_i32(2 * (self.tmask + 1), NULL32)
+        self.tmask = 2 * (self.tmask + 1) - 1
+        toks = self.toks
+        for j in range(len(old)):
+            s = i64(old[j])
+            if s >= 0:
+                self.tslots[self._tslot(toks[s - 3], toks[s - 2], toks[s - 1])] = i32(s)
 
     # --- appending ------------------------------------------------------------------
 
@@ -334,6 +410,8 @@ class SuffixHistory:
         toks = self.toks
         p = i64(len(toks)) - 1
         link = NULL32
+        ulink = NULL32
+        tlink = NULL32
         if p >= 2:
             a = toks[p - 2]
             b = toks[p - 1]
@@ -342,9 +420,13 @@ class SuffixHistory:
                 kid = self._bintern(pack(a, b))
                 link = self.bhead[kid]
                 self.bhead[kid] = i32(p)
+                if p >= 3 and toks[p - 3] != SEP:
+                    tlink = self._tset(p)
             if b != SEP and c != SEP:
-                self._uset(b, p)
+                ulink = self._uset(b, p)
         self.prev = append(self.prev, link)
+        self.uprev = append(self.uprev, ulink)
+        self.tprev = append(self.tprev, tlink)
 
     def _push(self, t: i32) -> None:
         if i64(len(self.toks)) >= self.max_tokens:
@@ -359,6 +441,11 @@ class SuffixHistory:
         start = i64(len(old)) - keep
         self._reset()  # the corpus stays: it is held apart
         self.n_evictions += 1
+        # an if statement, not a conditional expression (mypyc boxes those on native ints)
+        if self.req_start > start:
+            self.req_start -= start
+        else:
+            self.req_start = 0
         for j in range(start, len(old)):
             self.toks = append(self.toks, old[j])
             self._index_last()
@@ -366,6 +453,7 @@ class SuffixHistory:
     def add_separator(self) -> None:
         """Start a new request: matches never cross this point."""
         self._push(SEP)
+        self.req_start = i64(len(self.toks))
 
     def add_corpus(self, corpus: object) -> None:
         """Add a corpus: a :class:`~lookupdec.fast._corpus.CorpusIndex`, the path of a corpus
@@ -383,8 +471,8 @@ class SuffixHistory:
             self.corpus = corpus
         elif isinstance(corpus, (str, os.PathLike)):
             self.corpus = CorpusIndex.open(corpus)
-        elif isinstance(corpus, Sequence):
-            self.corpus = CorpusIndex.from_tokens(corpus)
+        elif isinstance(corpus, Sequence) or hasattr(corpus, "__array__"):  # a numpy array too, as extend()
+            self.corpus = CorpusIndex.from_tokens(cast(Sequence[int], corpus))
         else:
             raise TypeError(f"corpus must be a CorpusIndex, a path or token ids, not {type(corpus).__name__}")
 
@@ -432,15 +520,20 @@ class SuffixHistory:
 
         The query is the stream followed by ``q`` (the tokens drafted so far). Fills
         ``cand_p``/``cand_len`` with up to ``max_candidates`` occurrences of its last bigram,
-        newest first (the requests', then the corpus's), and their match lengths; if the bigram
-        never occurred, the newest occurrence of the last token alone (length 1).
+        newest first (the requests', then the corpus's), and their match lengths; when there
+        were that many, then up to :data:`DEEP_CANDIDATES` older occurrences of its last
+        trigram (newest first). If the bigram never occurred, up to :data:`UNIGRAM_CANDIDATES`
+        occurrences of the last token alone, newest first (length 1).
         """
         self.n_cand = 0
-        if i64(len(self.cand_p)) < max_candidates:
-            self.cand_p = zeros_i64(max_candidates)
-            self.cand_len = zeros_i64(max_candidates)
-            self.vote_t = filled_i32(max_candidates, SEP)
-            self.vote_c = zeros_i64(max_candidates)
+        cap = max_candidates + DEEP_CANDIDATES
+        if cap < UNIGRAM_CANDIDATES:
+            cap = UNIGRAM_CANDIDATES
+        if i64(len(self.cand_p)) < cap:
+            self.cand_p = zeros_i64(cap)
+            self.cand_len = zeros_i64(cap)
+            self.vote_t = filled_i32(cap, SEP)
+            self.vote_c = zeros_i64(cap)
         qn = self._fill_query(q)
         if qn == 0:
             return 0
@@ -452,48 +545,122 @@ class SuffixHistory:
             found = False
             best_len: i64 = 0
             n: i64 = 0
+            n_hist: i64 = 0  # how many candidates are the requests'
+            taken: i64 = 0  # how many of the corpus run's entries are candidates
+            off: i64 = -1
             kid = self._bfind(pack(a, b))
             if kid >= 0:
                 found = True
-                toks = self.toks
                 p = i64(self.bhead[kid])
                 while p >= 0 and n < max_candidates:
-                    length: i64 = 2
-                    while length < MAX_MATCH:
-                        at = p - 1 - length
-                        if at < 0:
-                            break
-                        t = toks[at]
-                        if t == SEP or t != qv[length]:
-                            break
-                        length += 1
+                    length = self._match_back(p, 2)
                     self.cand_p[n] = p
                     self.cand_len[n] = length
                     n += 1
                     if length > best_len:
                         best_len = length
                     p = i64(self.prev[p])
-            if c is not None and n < max_candidates:
+                n_hist = n
+            if c is not None:
                 off = c._find(a, b)
                 if off >= 0:
                     found = True
-                    n, best_len = self._collect_corpus(c, off, n, best_len, max_candidates)
+                    if n < max_candidates:
+                        n, best_len = self._collect_corpus(c, off, n, best_len, max_candidates)
+                        taken = n - n_hist
             if found:
+                t3 = qv[2]  # SEP when the query has two tokens (qv's end mark)
+                if n >= max_candidates and t3 != SEP:
+                    n, best_len = self._collect_deep(kid, off, n_hist, taken, n, best_len, t3, a, b)
                 self.n_cand = n
                 return best_len
+        n = 0
         u = self._ufind(b)
         if u >= 0:
-            self.cand_p[0] = i64(self.ulast[u])
-        elif c is not None:
-            i = c._last_after(b)
-            if i < 0:
-                return 0
-            self.cand_p[0] = CORPUS_BASE + i
-        else:
+            p = i64(self.ulast[u])
+            while p >= 0 and n < UNIGRAM_CANDIDATES:
+                self.cand_p[n] = p
+                self.cand_len[n] = 1
+                n += 1
+                p = i64(self.uprev[p])
+        if c is not None and n < UNIGRAM_CANDIDATES:
+            n = self._collect_corpus_after(c, b, n)
+        if n == 0:
             return 0
-        self.cand_len[0] = 1
-        self.n_cand = 1
+        self.n_cand = n
         return 1
+
+    def _collect_deep(
+        self, kid: i64, off: i64, n_hist: i64, taken: i64, n: i64, best_len: i64, t3: i32, a: i32, b: i32
+    ) -> tuple[i64, i64]:
+        """Add up to :data:`DEEP_CANDIDATES` occurrences of the trigram ``(t3, a, b)`` older than the
+        last bigram candidate (``n_hist`` of the ``n`` candidates are the requests', then ``taken``
+        entries of the corpus run at slot ``off``); (n, longest match so far).
+
+        The bigram is common: its newest occurrences were not all of them, and older ones may match
+        longer. While the candidates are all the requests', the trigram's occurrences newer than the
+        last one are the candidates matching 3+ tokens, so the oldest of those links to the first one
+        to take (none: the trigram's newest occurrence is older than all the candidates); after the
+        requests' come all of the corpus's. Once the corpus run was reached, the requests' trigram
+        occurrences are all newer: only the run's entries after those taken count.
+        """
+        m: i64 = 0
+        if taken == 0 and kid >= 0:
+            p: i64 = -2
+            for j in range(n_hist):
+                if self.cand_len[j] >= 3:
+                    p = i64(self.tprev[self.cand_p[j]])
+            if p == -2:
+                p = i64(self.tslots[self._tslot(t3, a, b)])
+            while p >= 0 and m < DEEP_CANDIDATES:
+                length = self._match_back(p, 3)
+                self.cand_p[n] = p
+                self.cand_len[n] = length
+                n += 1
+                m += 1
+                if length > best_len:
+                    best_len = length
+                p = i64(self.tprev[p])
+        c = self.corpus
+        if c is None or off < 0 or m >= DEEP_CANDIDATES:
+            return n, best_len
+        # The corpus's trigram occurrences are the entries of the bigram's run (newest first) whose
+        # token before is t3: scanned, as the file has no per-trigram runs.
+        start, count = c._run(off)
+        buf = c._buf
+        n_tokens = c.n_tokens
+        e = c._o_entries + 8 * (start + taken)
+        for g in range(taken, count):
+            pre = read_i32_le(buf, e + 4)
+            if pre == t3:
+                pos = i64(read_i32_le(buf, e))
+                if pos < 3 or pos >= n_tokens:
+                    raise c._bad_entry(start + g)
+                length = self._corpus_match_back(buf, pos)
+                self.cand_p[n] = CORPUS_BASE + pos
+                self.cand_len[n] = length
+                n += 1
+                m += 1
+                if length > best_len:
+                    best_len = length
+                if m >= DEEP_CANDIDATES:
+                    break
+            e += 8
+        return n, best_len
+
+    def _collect_corpus_after(self, c: CorpusIndex, t: i32, n: i64) -> i64:
+        """Add the corpus's positions ``i`` with ``ids[i-1] == t`` (and ``ids[i]`` a token), newest
+        first (the file's run of ``t``), to the ``n`` candidates, up to :data:`UNIGRAM_CANDIDATES`
+        in all; returns their number."""
+        start, count = c._after_run(t)
+        take = UNIGRAM_CANDIDATES - n
+        if count < take:
+            take = count
+        for g in range(take):
+            self.cand_p[n] = CORPUS_BASE + c._after_pos(start + g)
+            self.cand_len[n] = 1
+            n += 1
+        return n
 
     def _collect_corpus(self, c: CorpusIndex, off: i64, n: i64, best_len: i64, max_candidates: i64) -> tuple[i64, i64]:
         """Add the corpus's occurrences of the bigram at slot ``off`` to the candidates after the
@@ -522,14 +689,7 @@ class SuffixHistory:
                 raise c._bad_entry(start + g)
             length: i64 = 2
             if pre == q2 and pre != SEP:
-                length = 3
-                at = pos - 4
-                while length < MAX_MATCH and at >= 0:
-                    t = read_i32_le(buf, CORPUS_IDS + 4 * at)
-                    if t == SEP or t != qv[length]:
-                        break
-                    length += 1
-                    at -= 1
+                length = self._corpus_match_back(buf, pos)
             self.cand_p[n] = CORPUS_BASE + pos
             self.cand_len[n] = length
             n += 1
@@ -544,6 +704,37 @@ class SuffixHistory:
                 touched ^= read_i32_le(buf, CORPUS_IDS + 4 * (self.cand_p[j] - CORPUS_BASE))
         self.touched = touched  # kept, so the compiler keeps the reads
         return n, best_len
+
+    def _corpus_match_back(self, buf: bytes, pos: i64) -> i64:
+        """How far the corpus occurrence continuing at id ``pos``, known to match 3 tokens (its
+        entry's token before is the query's third), agrees with the query (``qv``) backwards: at
+        most :data:`MAX_MATCH`, never across a -1 or the corpus's start."""
+        qv = self.qv
+        length: i64 = 3
+        at = pos - 4
+        while length < MAX_MATCH and at >= 0:
+            t = read_i32_le(buf, CORPUS_IDS + 4 * at)
+            if t == SEP or t != qv[length]:
+                break
+            length += 1
+            at -= 1
+        return length
+
+    def _match_back(self, p: i64, length: i64) -> i64:
+        """How far the requests' occurrence continuing at ``p`` agrees with the query (``qv``, from
+        :meth:`_fill_query`) backwards: from ``length`` known equal tokens, at most
+        :data:`MAX_MATCH`, never across a separator (``qv`` ends with one)."""
+        toks = self.toks
+        qv = self.qv
+        while length < MAX_MATCH:
+            at = p - 1 - length
+            if at < 0:
+                break
+            t = toks[at]
+            if t == SEP or t != qv[length]:
+                break
+            length += 1
+        return length
 
 
 class HybridStep:
@@ -614,8 +805,8 @@ class HybridState:
         # tenths of a token, so the waste balance stays an integer (identical in both implementations)
         self.target_waste10 = i64(round(target_waste * 10))
         self.balance = 0
-        self.tried = zeros_i64(N_KIND * N_STATIC * N_CLASS * N_LEN)
-        self.ok = zeros_i64(N_KIND * N_STATIC * N_CLASS * N_LEN)
+        self.tried = zeros_i64(N_KIND * N_STATIC * N_CLASS * N_CUR * N_LEN)
+        self.ok = zeros_i64(N_KIND * N_STATIC * N_CLASS * N_CUR * N_LEN)
         self.l_tried = zeros_i64(2 * N_LLAMA_CELLS)
         self.l_ok = zeros_i64(2 * N_LLAMA_CELLS)
         self.last_llama_full = 0
@@ -743,7 +934,13 @@ class HybridState:
                     best_t = vt[d]
             if best_c == 0:
                 break
-            cell = stat_cell(best_c, n_act, best + k, static_class(st, b2, b1, best_t), kind)
+            cur: i64 = 0
+            for i in range(n_act):  # the newest followed occurrence with this token
+                if h._tok(act[i] + k) == best_t:
+                    if h.req_start <= act[i] < CORPUS_BASE:  # the corpus is no request
+                        cur = 1
+                    break
+            cell = stat_cell(best_c, n_act, best + k, static_class(st, b2, b1, best_t), kind, cur)
             prob = prob * self._estimate(cell)
             if prob < self.threshold:
                 break

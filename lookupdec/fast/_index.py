@@ -19,7 +19,6 @@ Every offset read from the file is checked before it is used, so a corrupt file 
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import os
 import struct
@@ -220,6 +219,10 @@ class IndexBuilder:
             write_i32_le(w, self.counts[j])
         pos += 4 * n_entries
         body = w.getvalue()
+        # Imported here, not at the top: hashlib loads OpenSSL's libcrypto, 3.7 MB of a replay's
+        # peak RSS (issue 10 item 4), and only writing an index needs it.
+        import hashlib
+
         checksum = hashlib.blake2b(body, digest_size=8).digest()
         header = HEADER.pack(
             MAGIC, VERSION, HEADER_SIZE, 2, 0, n_keys, n_entries, n_slots, vocab_size,
@@ -256,7 +259,7 @@ def index_bytes_from_cache(cache: NgramCache) -> bytes:
         node = i64(cache._head[kid])
         while node >= 0:
             toks = append(toks, cache._ntok[node])
-            cnts = append(cnts, cache._ncnt[node])
+            cnts = append(cnts, cache._count(node))
             node = i64(cache._nnext[node])
         b.add(i32(w0 >> 32), low32(w0), toks, cnts)
     return b.to_bytes()

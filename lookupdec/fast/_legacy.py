@@ -354,27 +354,34 @@ class Decoded:
     """A legacy file as the arrays of a fast ``NgramCache``, in file order (first occurrences).
 
     Each key's followers are consecutive nodes ``head[kid] .. tail[kid]``, linked in that order.
+    Counts, sums and maxima are int32 slots; a value past 2^31-1 is in the side array ``wcnt``,
+    ``wsum`` or ``wmax`` and its slot is ``-1 - index`` there (``_core.get_count``).
     """
 
     k0: vec[i64]
     k1: vec[i64]
     head: vec[i32]
     tail: vec[i32]
-    ksum: vec[i64]
-    kmax: vec[i64]
+    ksum: vec[i32]
+    kmax: vec[i32]
     best: vec[i32]
     ntok: vec[i32]
-    ncnt: vec[i64]
+    ncnt: vec[i32]
     nnext: vec[i32]
     nkey: vec[i32]
+    wcnt: vec[i64]
+    wsum: vec[i64]
+    wmax: vec[i64]
 
     def __init__(
         self,
-        keys: tuple[vec[i64], vec[i64], vec[i32], vec[i32], vec[i64], vec[i64], vec[i32]],
-        nodes: tuple[vec[i32], vec[i64], vec[i32], vec[i32]],
+        keys: tuple[vec[i64], vec[i64], vec[i32], vec[i32], vec[i32], vec[i32], vec[i32]],
+        nodes: tuple[vec[i32], vec[i32], vec[i32], vec[i32]],
+        wide: tuple[vec[i64], vec[i64], vec[i64]],
     ) -> None:
         self.k0, self.k1, self.head, self.tail, self.ksum, self.kmax, self.best = keys
         self.ntok, self.ncnt, self.nnext, self.nkey = nodes
+        self.wcnt, self.wsum, self.wmax = wide
 
 
 def decode(data: bytes, path: str | os.PathLike[str], strict: bool, stacklevel: int) -> Decoded:
@@ -397,11 +404,12 @@ def decode(data: bytes, path: str | os.PathLike[str], strict: bool, stacklevel: 
     k1 = vec[i64](capacity=n)
     head = vec[i32](capacity=n)
     tail = vec[i32](capacity=n)
-    ksum = vec[i64](capacity=n)
-    kmax = vec[i64](capacity=n)
+    ksum = vec[i32](capacity=n)
+    kmax = vec[i32](capacity=n)
+    wsum = vec[i64]()  # sums past int32 (a file's counts are int32, their sum may not be)
     best = vec[i32](capacity=n)
     ntok = vec[i32](capacity=n_nodes)
-    ncnt = vec[i64](capacity=n_nodes)
+    ncnt = vec[i32](capacity=n_nodes)
     nnext = vec[i32](capacity=n_nodes)
     nkey = vec[i32](capacity=n_nodes)
     scratch = vec[i64]()
@@ -443,9 +451,10 @@ def decode(data: bytes, path: str | os.PathLike[str], strict: bool, stacklevel: 
             if ascending or drop[j] == 0:
                 p = base + 8 * j
                 t = read_i32_le(data, p)
-                c = i64(read_i32_le(data, p + 4))
+                c32 = read_i32_le(data, p + 4)  # > 0: scan checked it
+                c = i64(c32)
                 ntok = append(ntok, t)
-                ncnt = append(ncnt, c)
+                ncnt = append(ncnt, c32)
                 nnext = append(nnext, i32(len(ntok)))  # the next node; the last is fixed below
                 nkey = append(nkey, i32(kid))
                 total += c
@@ -458,11 +467,15 @@ def decode(data: bytes, path: str | os.PathLike[str], strict: bool, stacklevel: 
         nnext[last] = NULL32
         head = append(head, i32(first))
         tail = append(tail, i32(last))
-        ksum = append(ksum, total)
-        kmax = append(kmax, mx)
+        if total <= INT32_MAX:
+            ksum = append(ksum, i32(total))
+        else:  # stored as _core.set_count stores it: -1 - its index in the side array
+            ksum = append(ksum, i32(-1 - i64(len(wsum))))
+            wsum = append(wsum, total)
+        kmax = append(kmax, i32(mx))
         best = append(best, bt)
         kid += 1
-    return Decoded((k0, k1, head, tail, ksum, kmax, best), (ntok, ncnt, nnext, nkey))
+    return Decoded((k0, k1, head, tail, ksum, kmax, best), (ntok, ncnt, nnext, nkey), (vec[i64](), wsum, vec[i64]()))
 
 
 # --- writing --------------------------------------------------------------------------------
@@ -473,14 +486,16 @@ def encode(
     k1: vec[i64],
     head: vec[i32],
     ntok: vec[i32],
-    ncnt: vec[i64],
+    ncnt: vec[i32],
     nnext: vec[i32],
     sink: Callable[[bytes], object],
 ) -> i64:
     """Write a cache's arrays in the legacy format to ``sink`` (pieces of ~4 MB); the number of saturated counts.
 
     Keys ascending as slot tuples, each key's followers ascending by token (the reference's
-    ``contents()`` order); counts above 2^31-1 are written as 2^31-1.
+    ``contents()`` order); counts above 2^31-1 are written as 2^31-1. ``ncnt`` holds a cache's
+    int32 count slots: a negative slot is a count in the cache's side array, always past
+    2^31-1 (see ``_core.get_count``), so it saturates without being read.
     """
     order = key_order(k0, k1)
     scratch = vec[i64]()
@@ -511,11 +526,11 @@ def encode(
         write_i32_le(w, i32(m))
         for j in range(m):
             c = ncnt[scratch[j] & M32]
-            if c > INT32_MAX:  # merged counts can pass what the format holds: saturate
-                c = INT32_MAX
+            if c < 0:  # merged counts can pass what the format holds: saturate
+                c = i32(INT32_MAX)
                 n_sat += 1
             write_i32_le(w, i32(scratch[j] >> 32))
-            write_i32_le(w, i32(c))
+            write_i32_le(w, c)
         if len(w) >= FLUSH_BYTES:
             sink(w.getvalue())
             w = BytesWriter()

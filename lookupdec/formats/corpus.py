@@ -3,7 +3,7 @@
 A corpus file (docs/formats.md, "The corpus file") holds a corpus's token ids together with
 the suffix structure the hybrid policy matches in: the corpus's indexed positions grouped by
 bigram, newest first, each with the token before its bigram, behind an open-addressing slot
-table, and, per token, its newest occurrence (the one-token fallback). The fast path maps it
+table, and, per token, its occurrences newest first (the one-token fallback). The fast path maps it
 and reads it in place (``lookupdec.fast._corpus``); the reference reads the ids
 (:func:`read_corpus_ids`) into its own readable model. Both open it through
 :func:`corpus_header`, so a file one of them opens the other opens too.
@@ -23,8 +23,9 @@ from lookupdec.formats.detect import INT32_MAX, open_regular
 
 MAGIC_CORPUS: Final = b"LKDCCRP\x00"
 """The first 8 bytes of a corpus file."""
-CORPUS_VERSION: Final = 1
-"""The version of the corpus file this module reads and lookupdec writes."""
+CORPUS_VERSION: Final = 2
+"""The version of the corpus file this module reads and lookupdec writes (2: per-token runs of
+occurrences; version 1 held each token's newest occurrence only)."""
 CORPUS_HEADER_SIZE: Final = 96
 CORPUS_HEADER: Final = struct.Struct("<8sIIIIQQQQQQ8sQ8s")
 SLOT_SIZE: Final = 16
@@ -32,7 +33,7 @@ SLOT_SIZE: Final = 16
 ENTRY_SIZE: Final = 8
 """An entry: a position (i32) and the token three places before it (i32, -1 before the start)."""
 UNIGRAM_SIZE: Final = 8
-"""A unigram record: a token (i32) and the newest position that follows it (i32)."""
+"""A unigram record: a token (i32) and the first index of its run in the after section (i32)."""
 
 assert CORPUS_HEADER.size == CORPUS_HEADER_SIZE
 
@@ -57,7 +58,7 @@ class CorpusHeader:
     version: int
     header_size: int
     flags: int
-    reserved: int
+    n_after: int
     n_tokens: int
     n_bigrams: int
     n_slots: int
@@ -89,9 +90,14 @@ class CorpusHeader:
         return self.entries_offset + ENTRY_SIZE * self.n_entries
 
     @property
+    def after_offset(self) -> int:
+        """Byte offset of the after section (the positions of the unigrams' runs)."""
+        return self.unigrams_offset + UNIGRAM_SIZE * self.n_unigrams
+
+    @property
     def end(self) -> int:
         """The file size the fields imply."""
-        return self.unigrams_offset + UNIGRAM_SIZE * self.n_unigrams
+        return align8(self.after_offset + 4 * self.n_after)
 
 
 def is_corpus_file(path: str | os.PathLike[str]) -> bool:
@@ -120,11 +126,14 @@ def corpus_header(path: str | os.PathLike[str], head: Any, real_size: int) -> Co
         raise CacheFormatError(path, f"not a lookupdec corpus file (magic {f[0]!r})", 0)
     h = CorpusHeader(*f[1:])
     if h.version != CORPUS_VERSION:
-        raise CacheFormatError(path, f"corpus file version {h.version} is not supported (only {CORPUS_VERSION})", 8)
+        hint = ": rebuild it with lookupdec create --corpus-out" if h.version < CORPUS_VERSION else ""
+        raise CacheFormatError(
+            path, f"corpus file version {h.version} is not supported (only {CORPUS_VERSION}){hint}", 8
+        )
     if h.header_size != CORPUS_HEADER_SIZE:
         raise CacheFormatError(path, f"header_size is {h.header_size}, expected {CORPUS_HEADER_SIZE}", 12)
-    if h.flags != 0 or h.reserved != 0:
-        raise CacheFormatError(path, f"flags {h.flags} / reserved {h.reserved} must be 0", 16)
+    if h.flags != 0:
+        raise CacheFormatError(path, f"flags {h.flags} must be 0", 16)
     if h.n_tokens > INT32_MAX:
         raise CacheFormatError(path, f"n_tokens {h.n_tokens} does not fit the int32 positions", 24)
     if h.n_entries > max(h.n_tokens - 2, 0):
@@ -137,15 +146,19 @@ def corpus_header(path: str | os.PathLike[str], head: Any, real_size: int) -> Co
         raise CacheFormatError(
             path, f"n_slots {h.n_slots} is not a power of two >= 2 holding n_bigrams {h.n_bigrams} at load <= 3/4", 40
         )
-    if h.n_unigrams > h.n_tokens:
-        raise CacheFormatError(path, f"n_unigrams {h.n_unigrams} > n_tokens {h.n_tokens}", 56)
+    if h.n_after > max(h.n_tokens - 1, 0):
+        raise CacheFormatError(path, f"n_after {h.n_after} > n_tokens - 1 = {h.n_tokens - 1}", 20)
+    if h.n_unigrams > h.n_after or (h.n_unigrams == 0) != (h.n_after == 0):
+        raise CacheFormatError(
+            path, f"n_unigrams {h.n_unigrams} and n_after {h.n_after}: every unigram has a position", 56
+        )
     if h.file_size != real_size:
         raise CacheFormatError(path, f"header says file_size {h.file_size}, the file has {real_size} bytes", 80)
     if h.end != real_size:
         raise CacheFormatError(
             path,
             f"n_tokens = {h.n_tokens}, n_slots = {h.n_slots}, n_entries = {h.n_entries}, "
-            f"n_unigrams = {h.n_unigrams} need {h.end} bytes, the file has {real_size}",
+            f"n_unigrams = {h.n_unigrams}, n_after = {h.n_after} need {h.end} bytes, the file has {real_size}",
         )
     return h
 

@@ -17,19 +17,25 @@ of a llama.cpp draft of this length.
    to :data:`MAX_MATCH` tokens, never across a request boundary). The occurrences with the
    longest match, and those at most :data:`MATCH_SLACK` shorter, are followed (so a
    continuation several slightly shorter matches agree on outvotes a single longest one; the
-   match length of the statistics below is the longest). If the bigram never occurred, the
-   newest occurrence of the last token alone is followed (a match of length 1).
+   match length of the statistics below is the longest). When the bigram has that many
+   occurrences (a common bigram: the newest ones are a small sample of it), up to
+   :data:`DEEP_CANDIDATES` older occurrences of the last *three* tokens are measured too, so a
+   longer match further back is found. If the bigram never occurred, up to
+   :data:`UNIGRAM_CANDIDATES` newest occurrences of the last token alone are followed (a match
+   of length 1; their votes pick the most frequent follower, not the newest one's).
 2. Token by token, the draft takes the continuation most of the followed occurrences agree
    on (on a tie, the newest occurrence's), and keeps following only the occurrences that
    agree. It stops when the estimated probability that the token is reached *and* accepted
    falls below :data:`THRESHOLD`. That probability is a running product: the chance that a
    llama.cpp draft of this length is accepted whole (when there is one), times, for each
    suffix token, the acceptance rate seen so far for suffix tokens of the same kind. The
-   kind is (support class, effective match length): the class says whether the token had
-   one occurrence behind it, won a tie, was unanimous among several, had a majority or
-   only a plurality (:func:`support_class`); the effective match length is the match length
-   plus the offset into the suffix part (a token drafted after ``k`` accepted ones extends
-   the match by ``k``), capped at 32. Kinds are also split by the *static class* of the
+   kind is (support class, current request, effective match length): the class says whether
+   the token had one occurrence behind it, won a tie, was unanimous among several, had a
+   majority or only a plurality, and how many occurrences that was (:func:`support_class`);
+   the second whether the newest occurrence behind it is in the current request (after the
+   history's last separator; a corpus occurrence never is); the effective match length is the match length plus the
+   offset into the suffix part (a token drafted after ``k`` accepted ones extends the match
+   by ``k``), capped at 32. Kinds are also split by the *static class* of the
    token (how the static index supports it after the two tokens before it:
    :func:`static_class`) and by whether the suffix tokens follow llama.cpp's kept tokens (or
    none: kind 0) or form the suffix-only draft (kind 1). Rates are ``(ok + 1) / (tried + 2)`` (Laplace prior);
@@ -69,14 +75,21 @@ DEFAULT_MAX_TOKENS = 1 << 22
 """Default bound of a :class:`SuffixHistory` (4,194,304 tokens)."""
 MAX_CANDIDATES = 32
 """How many earlier occurrences of the last bigram are compared, newest first."""
+UNIGRAM_CANDIDATES = 64
+"""If the last bigram never occurred: how many of the last token's occurrences vote, newest first."""
+DEEP_CANDIDATES = 32
+"""When the last bigram has at least ``max_candidates`` occurrences: how many older occurrences of
+the last trigram are compared too."""
 MATCH_SLACK = 1
 """Occurrences whose match is at most this much shorter than the longest are followed too (they vote)."""
 MAX_MATCH = 32
 """Matches are measured up to this many tokens (longer ones count as this long)."""
 N_LEN = 33
 """Acceptance statistics per effective match length 1..32 (match length + offset into the suffix part) ..."""
-N_CLASS = 5
+N_CLASS = 9
 """... per support class of the drafted token (see :func:`support_class`) ..."""
+N_CUR = 2
+"""... per whether the newest followed occurrence with that token is in the current request ..."""
 N_STATIC = 6
 """... per static class of the drafted token (see :func:`static_class`) ..."""
 N_KIND = 2
@@ -106,8 +119,8 @@ POLICIES = ("llama", "hybrid")
 """The drafting policies: llama.cpp's rule (the default, exact) and the hybrid policy."""
 
 
-Cell = tuple[int, int, int, int]
-"""A suffix token's statistic: (kind, static class, support class, effective match length)."""
+Cell = tuple[int, int, int, int, int]
+"""A suffix token's statistic: (kind, static class, support class, in the current request, effective match length)."""
 LlamaCell = tuple[bool, int, int]
 """A llama.cpp token's statistic: (confirmed, its draft's length, position)."""
 Step = tuple[int, int, int, list[Cell], int]
@@ -131,18 +144,23 @@ class SuffixHistory:
             raise ValueError(f"max_tokens must be >= 16, got {max_tokens}")
         self.max_tokens = max_tokens
         self.n_evictions = 0
+        self.req_start = 0  # where the latest request starts (after its separator)
         self.corpus: list[int] | None = None
-        # the corpus's bigram -> its indexed positions (oldest first), and token -> newest position after it
+        # the corpus's positions (ids indices) by bigram, by trigram and by the token before, as
+        # positions, positions3 and after hold the requests' (oldest first)
         self.corpus_positions: dict[tuple[int, int], list[int]] = {}
-        self.corpus_last_after: dict[int, int] = {}
+        self.corpus_positions3: dict[tuple[int, int, int], list[int]] = {}
+        self.corpus_after: dict[int, list[int]] = {}
         self._reset()
 
     def _reset(self) -> None:
         self.toks: list[int] = []
         # bigram -> its indexed positions p (toks[p-2], toks[p-1] == bigram), oldest first
         self.positions: dict[tuple[int, int], list[int]] = {}
-        # token -> the newest indexed position p with toks[p-1] == token
-        self.last_after: dict[int, int] = {}
+        # trigram -> its indexed positions p (toks[p-3:p] == trigram), oldest first
+        self.positions3: dict[tuple[int, int, int], list[int]] = {}
+        # token -> the positions p with toks[p-1] == token (and toks[p] a token), oldest first
+        self.after: dict[int, list[int]] = {}
 
     def corpus_tokens(self) -> int:
         """Number of the corpus's ids (separators between its documents included; 0 without a corpus)."""
@@ -172,15 +190,19 @@ class SuffixHistory:
         a, b, c = toks[p - 2], toks[p - 1], toks[p]
         if SEP not in (a, b, c):
             self.positions.setdefault((a, b), []).append(p)
+            if p >= 3 and toks[p - 3] != SEP:
+                self.positions3.setdefault((toks[p - 3], a, b), []).append(p)
         if b != SEP and c != SEP:
-            self.last_after[b] = p
+            self.after.setdefault(b, []).append(p)
 
     def push(self, token: int) -> None:
         """Append one token (or :data:`SEP`), evicting the older half first when full."""
         if len(self.toks) >= self.max_tokens:
-            kept = self.toks[len(self.toks) - self.max_tokens // 2 :]
+            start = len(self.toks) - self.max_tokens // 2
+            kept = self.toks[start:]
             self._reset()
             self.n_evictions += 1
+            self.req_start = max(self.req_start - start, 0)
             for t in kept:
                 self.toks.append(t)
                 self._index_last()
@@ -190,6 +212,7 @@ class SuffixHistory:
     def add_separator(self) -> None:
         """Start a new request: matches never cross this point."""
         self.push(SEP)
+        self.req_start = len(self.toks)
 
     def add_corpus(self, corpus: Sequence[int] | str | os.PathLike[str]) -> None:
         """Add a corpus: token ids (-1 between documents) or the path of a corpus file (its ids are read).
@@ -209,12 +232,24 @@ class SuffixHistory:
             if bad is not None:
                 raise ValueError(f"corpus token {bad} is negative (only -1, between documents)")
         self.corpus = ids
-        for i in range(1, len(ids)):
+        for i in range(1, len(ids)):  # as _index_last indexes the requests' positions
             a, b, c = ids[i - 2] if i >= 2 else SEP, ids[i - 1], ids[i]
             if SEP not in (a, b, c):
-                self.corpus_positions.setdefault((a, b), []).append(i)
+                self.corpus_positions.setdefault((a, b), []).append(CORPUS_BASE + i)
+                if i >= 3 and ids[i - 3] != SEP:
+                    self.corpus_positions3.setdefault((ids[i - 3], a, b), []).append(CORPUS_BASE + i)
             if b != SEP and c != SEP:
-                self.corpus_last_after[b] = i
+                self.corpus_after.setdefault(b, []).append(CORPUS_BASE + i)
+
+    @staticmethod
+    def _age(p: int) -> tuple[int, int]:
+        """Sorts positions oldest first: the corpus's (from :data:`CORPUS_BASE`) before the requests'."""
+        return (0, p) if p >= CORPUS_BASE else (1, p)
+
+    @staticmethod
+    def _newest_first(requests: list[int], corpus: list[int]) -> list[int]:
+        """Occurrences in the requests and in the corpus (each oldest first), newest first."""
+        return [*reversed(requests), *reversed(corpus)]
 
     def extend(self, tokens: Sequence[int]) -> None:
         """Append tokens of the current request."""
@@ -240,54 +275,63 @@ class SuffixHistory:
         its position. With ``request`` (a request not in the stream: its tokens so far), the
         query is ``request`` followed by ``drafted``, and it starts after a separator. Up to
         ``max_candidates`` occurrences of the last two tokens, each measured backwards (at most
-        :data:`MAX_MATCH`, never across a separator); if those two tokens never occurred, the
-        newest occurrence of the last token alone, with length 1.
+        :data:`MAX_MATCH`, never across a separator); when there were that many, then up to
+        :data:`DEEP_CANDIDATES` older occurrences of the last three tokens, newest first. If the
+        last two tokens never occurred, up to :data:`UNIGRAM_CANDIDATES` newest occurrences of
+        the last token alone, with length 1. "Newest first" puts the corpus's occurrences after
+        every request's (the corpus is the oldest part, as if it were the first request).
         """
 
         def query(j: int) -> int:
             return self.query_token(drafted, j, request)
 
+        def measure(p: int, length: int) -> tuple[int, int]:
+            start = CORPUS_BASE if p >= CORPUS_BASE else 0  # where p's part begins
+            while length < MAX_MATCH:
+                at = p - 1 - length
+                t = self.token_at(at) if at >= start else SEP
+                if t == SEP or t != query(length):
+                    break
+                length += 1
+            return p, length
+
         last, before = query(0), query(1)
         if last == SEP:
             return []
+        # Newest first: the requests' occurrences, then the corpus's (older than every request).
         bigram = (before, last)
-        if before != SEP and (bigram in self.positions or bigram in self.corpus_positions):
-            # the requests' occurrences (newest first), then the corpus's
-            newest = list(reversed(self.positions.get(bigram, [])[-max_candidates:]))
-            rest = max_candidates - len(newest)
-            if rest > 0:
-                newest += [CORPUS_BASE + i for i in reversed(self.corpus_positions.get(bigram, [])[-rest:])]
-            found = []
-            for p in newest:
-                start = CORPUS_BASE if p >= CORPUS_BASE else 0  # where p's part begins
-                length = 2
-                while length < MAX_MATCH:
-                    at = p - 1 - length
-                    t = self.token_at(at) if at >= start else SEP
-                    if t == SEP or t != query(length):
-                        break
-                    length += 1
-                found.append((p, length))
+        ordered = self._newest_first(self.positions.get(bigram, []), self.corpus_positions.get(bigram, []))
+        if before != SEP and ordered:
+            newest = ordered[:max_candidates]
+            found = [measure(p, 2) for p in newest]
+            third = query(2)
+            if len(found) >= max_candidates and third != SEP:
+                trigram = (third, before, last)
+                ordered3 = self._newest_first(self.positions3.get(trigram, []), self.corpus_positions3.get(trigram, []))
+                oldest = self._age(newest[-1])
+                older = [p for p in ordered3 if self._age(p) < oldest]
+                found += [measure(p, 3) for p in older[:DEEP_CANDIDATES]]
             return found
-        if last in self.last_after:
-            return [(self.last_after[last], 1)]
-        if last in self.corpus_last_after:
-            return [(CORPUS_BASE + self.corpus_last_after[last], 1)]
+        ordered = self._newest_first(self.after.get(last, []), self.corpus_after.get(last, []))
+        if ordered:
+            return [(p, 1) for p in ordered[:UNIGRAM_CANDIDATES]]
         return []
 
 
 def support_class(count: int, n_active: int) -> int:
-    """How well the candidates support a drafted token: 0 a single candidate, 1 one of several
-    (the newest wins a tie), 2 all of >= 2, 3 at least half, 4 fewer than half."""
+    """How well the ``n_active`` candidates support a drafted token that ``count`` of them follow:
+    0 a single candidate, 1 one of several (the newest wins a tie), all of 2 / 3-5 / >= 6 (2, 3,
+    4), at least half with ``count`` <= 3 / >= 4 (5, 6), fewer than half with ``count`` >= 4 /
+    2-3 (7, 8)."""
     if n_active == 1:
         return 0
     if count == 1:
         return 1
     if count == n_active:
-        return 2
+        return 2 if n_active == 2 else (3 if n_active <= 5 else 4)
     if 2 * count >= n_active:
-        return 3
-    return 4
+        return 5 if count <= 3 else 6
+    return 7 if count >= 4 else 8
 
 
 def static_class(static: PartSource, a: int, b: int, token: int) -> int:
@@ -428,10 +472,12 @@ class HybridState:
                 break
             top = max(votes.values())
             token = next(t for t in nexts if votes.get(t) == top)  # a tie: the newest candidate's
+            newest = next(p for p, t in zip(active, nexts, strict=True) if t == token)
             cell = (
                 kind,
                 static_class(static, b2, b1, token),
                 support_class(top, len(active)),
+                int(self.history.req_start <= newest < CORPUS_BASE),  # the corpus is no request
                 min(best + k, N_LEN - 1),
             )
             prob = prob * _estimate(self.ok[cell], self.tried[cell])
