@@ -22,6 +22,7 @@ HOT_MODULES = [
     "lookupdec/fast/_core.py",
     "lookupdec/fast/_index.py",
     "lookupdec/fast/_legacy.py",
+    "lookupdec/fast/_corpus.py",
     "lookupdec/fast/_hybrid.py",
     "lookupdec/fast/_request.py",
     "lookupdec/fast/_rows.py",

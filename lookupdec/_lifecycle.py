@@ -23,6 +23,7 @@ from __future__ import annotations
 import operator
 import os
 import struct
+from array import array
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -146,10 +147,12 @@ class Drafter:
     drafts), or ``"hybrid"``, llama.cpp's drafts continued by a suffix match over this Drafter's
     requests (exactly ``replay(..., policy="hybrid")``'s drafts when requests run one at a time).
     ``history_tokens`` bounds the hybrid policy's history (None: 4,194,304 tokens; the older
-    half is dropped when it is full). ``corpus`` (hybrid only): token ids put in the history
-    first, as one earlier request, so that the suffix match also follows the corpus (in memory:
-    built in time and memory linear in its length, and evicted like any history once
-    ``history_tokens`` more tokens have come).
+    half is dropped when it is full). ``corpus`` (hybrid only): a corpus the suffix match also
+    follows, older than every request and never evicted: the path of a corpus file
+    (``lookupdec create --corpus-out``; memory-mapped, opened in O(1), shared by every process
+    that maps it; its recorded vocabulary is checked against ``vocab_size`` and
+    ``vocab_fingerprint`` when both are known), an opened one (``lookupdec.fast.CorpusIndex``)
+    or token ids (built in memory, in time and memory linear in its length).
 
     With the hybrid policy, one open request at a time (the *history owner*: the first one to
     start or propose while no other owns it) has its tokens indexed in the suffix history as
@@ -174,7 +177,7 @@ class Drafter:
         vocab_fingerprint: bytes | None = None,
         in_memory: bool = False,
         history_tokens: int | None = None,
-        corpus: Iterable[int] | None = None,
+        corpus: Iterable[int] | str | os.PathLike[str] | object | None = None,
     ) -> None:
         if not hasattr(type(self), "primitives"):
             raise TypeError("use the Drafter of an implementation: lookupdec.Drafter, lookupdec.fast.Drafter, ...")
@@ -233,10 +236,19 @@ class Drafter:
         # the history after it, so that a request's tokens stay contiguous there.
         self._hybrid: Any = p.new_hybrid(history_tokens) if policy == "hybrid" and p.new_hybrid else None
         if corpus is not None:
-            ids = [operator.index(t) for t in corpus]
-            self._check_ids(ids, "corpus token")
             state: Any = self._hybrid  # the implementation's HybridState (policy is "hybrid" here)
-            state.history.add_corpus(ids)  # one earlier request of the history
+            if isinstance(corpus, (str, os.PathLike)):
+                path = os.fspath(corpus)
+                self._check_corpus_file(path, vocab_fingerprint)
+                state.history.add_corpus(path)
+            elif hasattr(corpus, "vocab_fingerprint"):  # an opened corpus file (fast.CorpusIndex)
+                state.history.add_corpus(corpus)
+            else:
+                # an int32 array (a token file as lookupdec reads it) as it is: no list of ints
+                is_i32 = isinstance(corpus, array) and corpus.typecode == "i" and corpus.itemsize == 4
+                ids = corpus if is_i32 else [operator.index(t) for t in cast(Iterable[int], corpus)]
+                self._check_ids(cast(Sequence[int], ids), "corpus token")
+                state.history.add_corpus(ids)
         self._hybrid_owner: Request | None = None
         self._hybrid_waiting: list[list[int]] = []
 
@@ -355,7 +367,24 @@ class Drafter:
         else:
             self._hybrid_waiting.append(request._tokens)
 
-    def _check_ids(self, ids: list[int], what: str) -> None:
+    def _check_corpus_file(self, path: str, fingerprint: bytes | None) -> None:
+        """The corpus file's header (checked: CacheFormatError) against the vocabulary, if known."""
+        from lookupdec.formats.corpus import read_corpus_header
+
+        h = read_corpus_header(path)
+        want = fingerprint if fingerprint is not None else bytes(8)
+        if bytes(8) not in (h.vocab_fingerprint, want) and h.vocab_fingerprint != want:
+            raise VocabularyError(
+                f"{path}: the corpus file was built for another vocabulary "
+                f"(fingerprint {h.vocab_fingerprint.hex()}, the tokenizer's is {want.hex()})"
+            )
+        if self.vocab_size is not None and h.vocab_size > self.vocab_size:
+            raise VocabularyError(
+                f"{path}: the corpus file was built for a vocabulary of {h.vocab_size} ids, "
+                f"more than the vocabulary size {self.vocab_size}"
+            )
+
+    def _check_ids(self, ids: Sequence[int], what: str) -> None:
         if ids and (min(ids) < 0 or max(ids) >= self._id_limit):
             for i, t in enumerate(ids):
                 if t < 0 or t >= self._id_limit:

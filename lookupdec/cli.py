@@ -40,6 +40,7 @@ from lookupdec._pipeline import (
     resolve_impl,
     saturate_counts,
     write_cache,
+    write_corpus_file,
 )
 from lookupdec.errors import LookupdecError, warn_saturated
 
@@ -230,12 +231,34 @@ def _load_input_array(args: argparse.Namespace, path: str) -> Any:
     return load_tokens(path, tokens=args.tokens, tokenizer=args.tokenizer, add_bos=args.add_bos)
 
 
+def _write_corpus_out(args: argparse.Namespace, vocab_size: int, fingerprint: bytes) -> None:
+    """``create --corpus-out``: the hybrid policy's corpus file of the same corpora (one document each)."""
+    t0 = time.perf_counter()
+    parts = [_load_replay(args, path) for path in args.corpus]
+    if vocab_size:
+        for path, part in zip(args.corpus, parts, strict=True):
+            top = max(part, default=-1)
+            if top >= vocab_size:
+                raise UsageError(f"{path}: token id {top} is not below the vocabulary size {vocab_size}")
+    try:
+        corpus = write_corpus_file(parts, args.corpus_out, vocab_size, fingerprint)
+    except ValueError as e:  # a negative id
+        raise UsageError(f"--corpus-out: {e}") from None
+    if not args.quiet:
+        print(
+            f"{args.corpus_out}: lookupdec corpus file, {corpus.n_tokens:,} ids, {corpus.n_bigrams:,} bigrams, "
+            f"{_mb(os.path.getsize(args.corpus_out))}, in {time.perf_counter() - t0:.2f} s"
+        )
+
+
 def cmd_create(args: argparse.Namespace) -> int:
     """``lookupdec create``: build a static cache (llama-lookup-create)."""
     impl = resolve_impl(args.impl)  # checked first for every format, though only llama and fork-v2 use it
     for path in args.corpus:
         require_file(path, "corpus")
     check_output_path(args.output, args.corpus)  # before the work: not a device, not a corpus
+    if args.corpus_out is not None:
+        check_output_path(args.corpus_out, [*args.corpus, args.output])
     vocab_size, fingerprint = 0, b""
     if args.tokenizer is not None:
         from lookupdec.tokens import vocab_info
@@ -243,6 +266,14 @@ def cmd_create(args: argparse.Namespace) -> int:
         vocab_size, fingerprint = vocab_info(args.tokenizer)
     if args.vocab_size is not None:
         vocab_size = args.vocab_size
+    code = _create_static(args, impl, vocab_size, fingerprint)
+    if args.corpus_out is not None:
+        _write_corpus_out(args, vocab_size, fingerprint)
+    return code
+
+
+def _create_static(args: argparse.Namespace, impl: Any, vocab_size: int, fingerprint: bytes) -> int:
+    """The static cache of ``create`` (-o) in the format asked for."""
     if args.format == "lookupdec":
         return _create_index(args, vocab_size, fingerprint)
     if args.dask is not None:
@@ -319,7 +350,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
             raise UsageError("--corpus is matched by the hybrid policy: give it with --policy hybrid")
         require_file(args.corpus, "corpus, --corpus")
     tokens = _load_replay(args, args.replay)
-    corpus = _load_replay(args, args.corpus) if args.corpus is not None else None
+    corpus: Sequence[int] | str | None = None
+    if args.corpus is not None:
+        from lookupdec.formats.corpus import is_corpus_file
+
+        # a corpus file (create --corpus-out) is mapped as it is; anything else is read like REPLAY
+        corpus = args.corpus if is_corpus_file(args.corpus) else _load_replay(args, args.corpus)
     if args.tokenizer is not None:
         from lookupdec.tokens import vocab_info
 
@@ -743,6 +779,7 @@ def build_parser() -> argparse.ArgumentParser:
             lookupdec create corpus.txt --tokenizer tokenizer.json -o static.lkdc
             lookupdec create big-*.bin -o big.lkdc --memory 2G --workers 8    # bounded memory
             lookupdec create big-*.bin -o big.lkdc --dask tcp://scheduler:8786 # on a Dask cluster
+            lookupdec create enwiki_wt.10M.llama3.bin -o enwiki.lkdc --corpus-out enwiki.lkcorpus  # + hybrid corpus
             """,
         func=cmd_create,
     )
@@ -759,6 +796,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--dask", metavar="ADDRESS",
         help="count on the Dask cluster at ADDRESS (needs 'pip install lookupdec[dask]'; workers must read the "
         "corpus files at the same paths); same bytes as a local create",
+    )  # fmt: skip
+    p.add_argument(
+        "--corpus-out", metavar="CORPUS_FILE",
+        help="also write the hybrid policy's corpus file of the same corpora (their ids and a suffix structure "
+        "over them, about 24 bytes per token; never written by default): give it to 'stats --policy hybrid "
+        "--corpus' or Drafter(policy='hybrid', corpus=PATH), which memory-map it in constant time",
     )  # fmt: skip
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary line")
 
@@ -777,7 +820,7 @@ def build_parser() -> argparse.ArgumentParser:
             lookupdec stats --tokens wiki.test.raw.llama3.bin -lcs enwiki.lkdc -c 4096 --n-draft 8
             lookupdec stats wiki.test.raw --tokenizer tokenizer.json -lcs static.bin --json
             lookupdec stats wiki.test.raw.llama3.bin -lcs enwiki.lkdc --policy hybrid --json
-            lookupdec stats wiki.test.raw.llama3.bin -lcs enwiki.lkdc --policy hybrid --corpus enwiki_wt.10M.llama3.bin
+            lookupdec stats wiki.test.raw.llama3.bin -lcs enwiki.lkdc --policy hybrid --corpus enwiki.lkcorpus
             """,
         func=cmd_stats,
     )
@@ -800,9 +843,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument(
         "--corpus", metavar="CORPUS",
-        help="hybrid only: put this text (read like REPLAY, e.g. the static index's corpus) into the hybrid "
-        "policy's history first, as one earlier request, so the suffix match follows it too (held in memory, "
-        "about 8 bytes per token plus its bigram table; what Drafter(policy='hybrid', corpus=ids) does)",
+        help="hybrid only: a corpus the suffix match follows too, older than every request: a corpus file "
+        "(create --corpus-out; memory-mapped, opened in constant time) or a text read like REPLAY, e.g. the "
+        "static index's corpus (then built in memory, about 25 bytes per token); what "
+        "Drafter(policy='hybrid', corpus=...) does",
     )  # fmt: skip
     p.add_argument(
         "--load", action="store_true",

@@ -16,9 +16,10 @@ llama.cpp times ``t_draft``).
     python -m perf policy --sets wikitext --repeats 5 --json results/policy.json
     python -m perf policy --corpus-history   # adds "hybrid+corpus": the static corpus preloaded in the history
 
-``--corpus-history`` approximates the issue's optional suffix structure over the corpus: the
-static index's corpus is appended to a ``SuffixHistory`` (in memory, as one earlier request)
-before the replay, ``replay(..., policy="hybrid", history=...)``; its build time is not timed.
+``--corpus-history`` gives the hybrid policy the static index's corpus: a ``SuffixHistory``
+holding it (``add_corpus(ids)``: the corpus file's structure built in memory, the same drafts as
+the file ``create --corpus-out`` writes) before the replay, ``replay(..., policy="hybrid",
+history=...)``; its build time is not timed.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def static_index(fast: Any, corpus: list[int], path: Path) -> Any:
 
 
 def corpus_history(fast: Any, corpus: list[int]) -> Any:
-    """A fresh hybrid history holding ``corpus`` as one earlier request."""
+    """A fresh hybrid history holding ``corpus`` (built in memory, as a corpus file would hold it)."""
     history = fast.SuffixHistory()
     history.add_corpus(corpus)
     return history

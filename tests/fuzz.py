@@ -1,11 +1,14 @@
 """A seeded mutation fuzzer over every cache reader and entry point, both implementations.
 
 Seeds are small valid files (under 1 KB) of each format: ``llama`` (a static cache, 2-grams),
-``dynamic`` (legacy, 1..4-grams), ``fork-v1``, ``fork-v2`` and ``lookupdec``. Each mutant
+``dynamic`` (legacy, 1..4-grams), ``fork-v1``, ``fork-v2``, ``lookupdec`` and ``corpus`` (the
+hybrid policy's corpus file, given to ``stats --policy hybrid --corpus``). Each mutant
 (1-3 byte-level mutations: bit flips, random bytes, interesting int32 / u64 values at aligned
 offsets, truncation, extension, swapped words, zeroed ranges) goes through every entry point:
 ``inspect``, ``inspect --verify``, ``stats -lcs`` (reference, fast mapped, fast ``--load``),
-``stats -lcd`` and ``merge`` (reference and fast), in process through ``lookupdec.cli.main``.
+``stats -lcd`` and ``merge`` (reference and fast), in process through ``lookupdec.cli.main``; a
+corpus file goes through ``stats --corpus`` of each implementation (one run each: the reference
+reads only the ids, the fast path the structure, so a mutant may draft differently in them).
 
 Each run is classified: ``error`` (one ``lookupdec: error:`` line, exit 2), ``ok`` (a single
 entry point that succeeded), ``same`` (both implementations gave the same counts / bytes),
@@ -38,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-FORMATS = ("llama", "dynamic", "fork-v1", "fork-v2", "lookupdec")
+FORMATS = ("llama", "dynamic", "fork-v1", "fork-v2", "lookupdec", "corpus")
 CLASSES = ("error", "ok", "same", "different", "traceback", "memory", "crash", "hang")
 BAD = ("different", "traceback", "memory", "crash", "hang")
 MEMORY_LIMIT = 8 << 20
@@ -55,6 +58,12 @@ def make_seed(fmt: str, path: Path) -> None:
     import lookupdec.reference as ref
     from lookupdec import formats
 
+    if fmt == "corpus":
+        from lookupdec import fast
+
+        ids = [t for t in CORPUS if t >= 0][:24]
+        fast.CorpusIndex.from_tokens([*ids[:10], -1, *ids[10:]]).save(path)
+        return
     if fmt == "dynamic":
         cache = ref.NgramCache()
         cache.update(CORPUS[:12], 12, 1, 4)  # kept under 1 KB, like every seed
@@ -117,10 +126,21 @@ def _counts(stdout: str) -> str:
     return json.dumps([d["n_drafted"], d["n_accept"], d["n_predict"]])
 
 
-def entries(path: str, replay: str, work: str) -> Iterator[tuple[str, list[tuple[list[str], Callable[[str], str]]]]]:
+def n_entries(fmt: str) -> int:
+    """How many entry points a mutant of ``fmt`` goes through (see :func:`entries`)."""
+    return 2 if fmt == "corpus" else 5
+
+
+def entries(
+    path: str, replay: str, work: str, fmt: str = "lookupdec"
+) -> Iterator[tuple[str, list[tuple[list[str], Callable[[str], str]]]]]:
     """(entry name, runs to compare) for one mutant file; one run: (argv, how to read its result)."""
     same: Callable[[str], str] = lambda s: ""  # noqa: E731  (a single run: only its kind matters)
     stats = ["stats", replay, "-c", "16", "--n-draft", "4", "--json", "--quiet"]
+    if fmt == "corpus":
+        for impl in ("reference", "fast"):
+            yield f"stats --corpus ({impl})", [([*stats, "--policy", "hybrid", "--corpus", path, "--impl", impl], same)]
+        return
 
     def merged(out: str) -> Callable[[str], str]:
         return lambda _stdout: Path(out).read_bytes().hex()
@@ -177,14 +197,14 @@ def worker(fmt: str, seed: int, n: int) -> None:
         path = os.path.join(work, "mutant")
         Path(path).write_bytes(original)
         tracemalloc.start()
-        for _, runs in entries(path, replay, work):  # warm up: lazy imports are not the file's doing
+        for _, runs in entries(path, replay, work, fmt):  # warm up: lazy imports are not the file's doing
             for argv, _reader in runs:
                 run_cli(argv)
         for i in range(n):
             data = mutate(original, rng)
             Path(path).write_bytes(data)
             print(json.dumps({"start": i, "size": len(data)}), flush=True)
-            for name, runs in entries(path, replay, work):
+            for name, runs in entries(path, replay, work, fmt):
                 results = []
                 for argv, reader in runs:
                     kind, value, peak = run_cli(argv)

@@ -142,8 +142,8 @@ class HybridTests(ImplTests):
         assert self.propose(s, [5, 7, 8], 2) == [2, 3]
 
     def test_corpus_is_one_earlier_request(self) -> None:
-        # add_corpus: a separator, then the corpus; its occurrences of (7, 8) are compared newest
-        # first after the requests' (in the fast path, from its corpus block)
+        # add_corpus: the corpus, older than every request; its occurrences of (7, 8) are compared
+        # newest first after the requests' (in the fast path, from its corpus file's runs)
         for slack, expected in ((1, [2]), (0, [1])):
             s = self.impl.HybridState(self.impl.SuffixHistory(), 0.02, 16, 0, slack)
             s.history.add_corpus([5, 7, 8, 1, 3, 6, 7, 8, 2])
@@ -326,10 +326,10 @@ def lockstep(
     max_tokens: int,
     static: list[int] | None,
     *,
-    corpus: list[int] | None = None,
+    corpus: list[int] | str | None = None,
     **kw: Any,
 ) -> int:
-    """Drive both states (``HybridState(**kw)``, the history holding ``corpus`` first if given)
+    """Drive both states (``HybridState(**kw)``, the history holding ``corpus`` (ids or a corpus file) first if given)
     through the same requests with caches; assert identical proposals."""
     fast = fast_impl()
     states = [
@@ -377,20 +377,20 @@ def test_lockstep_other_parameters(kw: dict[str, Any]) -> None:
 
 
 def test_lockstep_corpus_in_history() -> None:
-    # the fast path's corpus block (a bigram's corpus occurrences contiguous) gives the same
-    # candidates as the links: with 40 candidates most chains run from the requests into it
+    # the fast path's corpus runs (a bigram's corpus occurrences contiguous) give the same
+    # candidates as the reference: with 40 candidates most walks go on from the requests into them
     corpus = demo("enwiki_wt.demo.llama3.bin", 20000)
     assert lockstep(demo("wiki.test.demo.llama3.bin", 3000), 8, 1000, 1 << 22, corpus, corpus=corpus, max_candidates=40)
 
 
 def test_lockstep_corpus_evicted() -> None:
-    # the history is full after the corpus and a few requests: the block is dropped at the eviction
+    # the requests fill the history several times: they are evicted, the corpus (held apart) stays
     corpus = demo("enwiki_wt.demo.llama3.bin", 3000)
     assert lockstep(demo("wiki.test.demo.llama3.bin", 3000), 8, 500, 4000, None, corpus=corpus)
 
 
 def test_corpus_block_matches_links() -> None:
-    # fast only: add_corpus (with the block) and add_separator + extend (links only) give the
+    # fast only: add_corpus (the corpus runs) and add_separator + extend (links only) give the
     # same replay, here on a corpus whose bigrams repeat far more often than 32 times
     fast = fast_impl()
     corpus = [1, 2, 3, 4] * 300 + [1, 2, 5, 4] * 300 + [7, 1, 2, 3] * 50

@@ -11,7 +11,7 @@ of legacy files, streaming).
 
 from __future__ import annotations
 
-from lookupdec.fast import _core, _hybrid, _index, _legacy, _request, _rows
+from lookupdec.fast import _core, _corpus, _hybrid, _index, _legacy, _request, _rows
 from lookupdec.fast._core import (
     NGRAM_MAX,
     NGRAM_MIN,
@@ -22,6 +22,7 @@ from lookupdec.fast._core import (
     build_static,
     draft,
 )
+from lookupdec.fast._corpus import CorpusIndex
 from lookupdec.fast._hybrid import HybridState, SuffixHistory, replay
 from lookupdec.fast._index import StaticIndex, load_static
 from lookupdec.fast._legacy import merge_files as merge_legacy_files
@@ -36,7 +37,7 @@ def _is_extension(path: str | None) -> bool:
     return path is not None and path.endswith((".so", ".pyd"))
 
 
-COMPILED: bool = all(_is_extension(m.__file__) for m in (_core, _index, _hybrid, _legacy, _request, _rows))
+COMPILED: bool = all(_is_extension(m.__file__) for m in (_core, _corpus, _index, _hybrid, _legacy, _request, _rows))
 """True when the hot modules are mypyc-compiled extension modules (like black's check)."""
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "NGRAM_STATIC",
     "POLICIES",
     "TOKEN_NULL",
+    "CorpusIndex",
     "Drafter",
     "HybridState",
     "NgramCache",

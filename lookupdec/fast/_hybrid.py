@@ -25,13 +25,24 @@ Layout of :class:`SuffixHistory`:
 When the stream would exceed ``max_tokens``, the older half is dropped and the index rebuilt
 over what is left (amortised O(1) per token; memory: 16 bytes per kept token, the token and
 its three links, plus the tables).
+
+A corpus (:meth:`SuffixHistory.add_corpus`) is held apart, as a
+:class:`~lookupdec.fast._corpus.CorpusIndex` (a corpus file, mapped or built in memory):
+older than every request, never evicted, and closed at both ends (matches and
+continuations stop at its start and end). Candidate positions ``>= CORPUS_BASE`` are its
+ids' positions plus :data:`CORPUS_BASE`; :meth:`SuffixHistory._tok` reads either part. They
+are no request's (the current-request statistic leaves them out) and are walked after the
+requests' occurrences: the bigram's run, the trigram's (the run's entries whose token
+before is the trigram's first) and the last token's occurrences.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Final, cast
 
+from librt.strings import read_i32_le
 from librt.vecs import append, vec
 from mypy_extensions import i32, i64
 
@@ -54,10 +65,14 @@ from lookupdec.fast._core import (
     require_static_source,
     to_vec,
 )
+from lookupdec.fast._corpus import HEADER_SIZE as CORPUS_IDS
+from lookupdec.fast._corpus import CorpusIndex, slots_for
 from lookupdec.result import ReplayResult
 
 SEP: Final[i32] = -1
 """Separator written before every request in the history stream (never matched)."""
+CORPUS_BASE: Final[i64] = 1 << 40
+"""Candidate positions at or above this are the corpus's (its id positions plus this)."""
 DEFAULT_MAX_TOKENS: Final = 1 << 22
 """Default bound of a :class:`SuffixHistory`: 4,194,304 tokens (64 MB for them and their links, plus the tables)."""
 MAX_CANDIDATES: Final[i64] = 32
@@ -203,9 +218,9 @@ class SuffixHistory:
     n_cand: i64
     vote_t: vec[i32]
     vote_c: vec[i64]
-    cblock: vec[i32]
-    coff: vec[i32]
-    cend: i64
+    qv: vec[i32]
+    corpus: CorpusIndex | None
+    touched: i32
 
     def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
         if max_tokens < 16:
@@ -218,6 +233,9 @@ class SuffixHistory:
         self.n_cand = 0
         self.vote_t = vec[i32]()
         self.vote_c = vec[i64]()
+        self.qv = filled_i32(MAX_MATCH + 1, SEP)
+        self.corpus = None
+        self.touched = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -236,20 +254,33 @@ class SuffixHistory:
         self.tmask = INITIAL_SLOTS - 1
         self.n_tri = 0
         self.tprev = vec[i32]()
-        self._drop_corpus_block()
 
-    def _drop_corpus_block(self) -> None:
-        self.cblock = vec[i32]()
-        self.coff = vec[i32]()
-        self.cend = -1
+    def corpus_tokens(self) -> int:
+        """Number of the corpus's ids (separators between its documents included; 0 without a corpus)."""
+        c = self.corpus
+        return 0 if c is None else int(c.n_tokens)
 
     def __len__(self) -> int:
-        """Number of tokens (and separators) held."""
-        return len(self.toks)
+        """Number of tokens (and separators) held: the corpus's (and a separator before it), then the requests'."""
+        return len(self.toks) + (0 if self.corpus is None else self.corpus_tokens() + 1)
 
     def tokens(self) -> list[int]:
-        """The stream held, separators as -1 (for tests and inspection)."""
-        return [int(t) for t in self.toks]
+        """The stream held, separators as -1 (for tests and inspection): with a corpus, -1 and the
+        corpus's ids first (it is the oldest part), then the requests' stream."""
+        c = self.corpus
+        head = [] if c is None else [-1, *c.tokens()]
+        return head + [int(t) for t in self.toks]
+
+    def _tok(self, p: i64) -> i32:
+        """The token at candidate position ``p`` (a stream or corpus position; -1 past either's end)."""
+        if p >= CORPUS_BASE:
+            c = self.corpus
+            if c is None:
+                return SEP
+            return c._tok(p - CORPUS_BASE)
+        if p < i64(len(self.toks)):
+            return self.toks[p]
+        return SEP
 
     # --- bigram table ---------------------------------------------------------------
 
@@ -284,17 +315,8 @@ class SuffixHistory:
         self.bkey = append(keys, w)
         self.bhead = append(self.bhead, NULL32)
         if 2 * (kid + 1) > mask + 1:
-            size = 2 * (mask + 1)
-            ns = filled_i32(size, NULL32)
-            nm = size - 1
-            bk = self.bkey
-            for j in range(len(bk)):
-                g = key_hash(bk[j], -1) & nm
-                while ns[g] >= 0:
-                    g = (g + 1) & nm
-                ns[g] = i32(j)
-            self.bslots = ns
-            self.bmask = nm
+            self.bslots = slots_for(self.bkey, 2 * (mask + 1))
+            self.bmask = 2 * mask + 1
         return kid
 
     # --- unigram table --------------------------------------------------------------
@@ -417,7 +439,7 @@ class SuffixHistory:
         old = self.toks
         keep = self.max_tokens // 2
         start = i64(len(old)) - keep
-        self._reset()  # drops the corpus block too: positions move
+        self._reset()  # the corpus stays: it is held apart
         self.n_evictions += 1
         # an if statement, not a conditional expression (mypyc boxes those on native ints)
         if self.req_start > start:
@@ -433,51 +455,26 @@ class SuffixHistory:
         self._push(SEP)
         self.req_start = i64(len(self.toks))
 
-    def add_corpus(self, tokens: Sequence[int]) -> None:
-        """Add a corpus as one earlier request: :meth:`add_separator`, then :meth:`extend`.
+    def add_corpus(self, corpus: object) -> None:
+        """Add a corpus: a :class:`~lookupdec.fast._corpus.CorpusIndex`, the path of a corpus
+        file (opened memory-mapped) or token ids (built in memory, -1 between documents).
 
-        The same matches and drafts as those two calls; on an empty history it also builds the
-        corpus's *block*: its indexed positions grouped by bigram, newest first, contiguous
-        (4 bytes per corpus token plus 4 per distinct bigram), so that a match walks a bigram's
-        corpus occurrences as one run of memory instead of one cache miss per link. Dropped at
-        the first eviction (then the links serve, as for any history).
+        Its occurrences are older than every request's (compared after theirs, newest first),
+        it is never evicted (``max_tokens`` bounds the requests' tokens) and matches never cross
+        its ends (nor a -1 in it): on an empty history the same drafts as :meth:`add_separator`
+        then :meth:`extend` with the ids, as long as every request starts with a separator
+        (:meth:`HybridState.begin_request`) and nothing is evicted. A history holds one corpus.
         """
-        empty = i64(len(self.toks)) == 0
-        self.add_separator()
-        self.extend(tokens)
-        if empty and self.n_evictions == 0:
-            self._build_corpus_block()
-
-    def _build_corpus_block(self) -> None:
-        """Group the indexed positions of the whole stream (the corpus) by bigram (a counting sort)."""
-        toks = self.toks
-        end = i64(len(toks))
-        nb = i64(len(self.bkey))
-        count = filled_i32(nb + 1, 0)
-        kids = filled_i32(end, NULL32)
-        for p in range(2, end):
-            a = toks[p - 2]
-            b = toks[p - 1]
-            if a != SEP and b != SEP and toks[p] != SEP:
-                kid = self._bfind(pack(a, b))
-                kids[p] = i32(kid)
-                count[kid + 1] += 1
-        for j in range(nb):
-            count[j + 1] += count[j]
-        self.coff = count
-        fill = vec[i32](capacity=nb)
-        for j in range(nb):
-            fill = append(fill, count[j])
-        block = filled_i32(i64(count[nb]), NULL32)
-        p = end - 1
-        while p >= 2:  # newest first within each bigram's run
-            kid = i64(kids[p])
-            if kid >= 0:
-                block[i64(fill[kid])] = i32(p)
-                fill[kid] += 1
-            p -= 1
-        self.cblock = block
-        self.cend = end - 1
+        if self.corpus is not None:
+            raise ValueError("this history already holds a corpus")
+        if isinstance(corpus, CorpusIndex):
+            self.corpus = corpus
+        elif isinstance(corpus, (str, os.PathLike)):
+            self.corpus = CorpusIndex.open(corpus)
+        elif isinstance(corpus, Sequence) or hasattr(corpus, "__array__"):  # a numpy array too, as extend()
+            self.corpus = CorpusIndex.from_tokens(cast(Sequence[int], corpus))
+        else:
+            raise TypeError(f"corpus must be a CorpusIndex, a path or token ids, not {type(corpus).__name__}")
 
     def extend(self, tokens: Sequence[int]) -> None:
         """Append tokens of the current request (int32 ids)."""
@@ -497,15 +494,36 @@ class SuffixHistory:
             return SEP
         return self.toks[p]
 
+    def _fill_query(self, q: vec[i32]) -> i64:
+        """Copy the query's last tokens, newest first, into ``qv`` up to its first separator (kept
+        as the end mark) or :data:`MAX_MATCH` tokens; returns how many are tokens."""
+        qv = self.qv
+        toks = self.toks
+        nq = i64(len(q))
+        p = i64(len(toks)) - 1
+        j: i64 = 0
+        while j < MAX_MATCH:
+            t = SEP
+            if j < nq:
+                t = q[nq - 1 - j]
+            elif p >= 0:
+                t = toks[p]
+                p -= 1
+            qv[j] = t
+            if t == SEP:
+                return j
+            j += 1
+        return j
+
     def _collect(self, q: vec[i32], max_candidates: i64) -> i64:
         """Find earlier occurrences of the query's suffix; returns the longest match length (0: none).
 
         The query is the stream followed by ``q`` (the tokens drafted so far). Fills
         ``cand_p``/``cand_len`` with up to ``max_candidates`` occurrences of its last bigram,
-        newest first, and their match lengths; when there were that many, then up to
-        :data:`DEEP_CANDIDATES` older occurrences of its last trigram (newest first). If the
-        bigram never occurred, up to :data:`UNIGRAM_CANDIDATES` occurrences of the last token
-        alone, newest first (length 1).
+        newest first (the requests', then the corpus's), and their match lengths; when there
+        were that many, then up to :data:`DEEP_CANDIDATES` older occurrences of its last
+        trigram (newest first). If the bigram never occurred, up to :data:`UNIGRAM_CANDIDATES`
+        occurrences of the last token alone, newest first (length 1).
         """
         self.n_cand = 0
         cap = max_candidates + DEEP_CANDIDATES
@@ -516,87 +534,204 @@ class SuffixHistory:
             self.cand_len = zeros_i64(cap)
             self.vote_t = filled_i32(cap, SEP)
             self.vote_c = zeros_i64(cap)
-        b = self._query_at(q, 0)
-        a = self._query_at(q, 1)
-        if b == SEP:
+        qn = self._fill_query(q)
+        if qn == 0:
             return 0
-        if a != SEP:
+        qv = self.qv
+        b = qv[0]
+        c = self.corpus
+        if qn >= 2:
+            a = qv[1]
+            found = False
+            best_len: i64 = 0
+            n: i64 = 0
+            n_hist: i64 = 0  # how many candidates are the requests'
+            taken: i64 = 0  # how many of the corpus run's entries are candidates
+            off: i64 = -1
             kid = self._bfind(pack(a, b))
             if kid >= 0:
-                best_len: i64 = 0
+                found = True
                 p = i64(self.bhead[kid])
-                n: i64 = 0
-                g: i64 = 0
-                g_end: i64 = 0
-                in_block = False
                 while p >= 0 and n < max_candidates:
-                    if p <= self.cend and not in_block:
-                        in_block = True
-                        # The chain reached the corpus (the oldest part of the stream): the rest
-                        # of it is the bigram's run in the corpus block, p its first entry.
-                        g = i64(self.coff[kid]) + 1
-                        g_end = i64(self.coff[kid + 1])
-                    length = self._match_back(q, p, 2)
+                    length = self._match_back(p, 2)
                     self.cand_p[n] = p
                     self.cand_len[n] = length
                     n += 1
                     if length > best_len:
                         best_len = length
-                    if not in_block:
-                        p = i64(self.prev[p])
-                    elif g < g_end:
-                        p = i64(self.cblock[g])
-                        g += 1
-                    else:
-                        p = -1
-                c = self._query_at(q, 2)
-                if n >= max_candidates and c != SEP:
-                    # The bigram is common: its newest occurrences were not all of them, and older
-                    # ones may match longer. Those of the trigram, older than the last one taken:
-                    # the trigram's occurrences newer than that are the candidates matching 3+
-                    # tokens, so the oldest of those links to the first one to take (none: the
-                    # trigram's newest occurrence is older than all the candidates).
-                    p = -2
-                    for j in range(n):
-                        if self.cand_len[j] >= 3:
-                            p = i64(self.tprev[self.cand_p[j]])
-                    if p == -2:
-                        p = i64(self.tslots[self._tslot(c, a, b)])
-                    m: i64 = 0
-                    while p >= 0 and m < DEEP_CANDIDATES:
-                        length = self._match_back(q, p, 3)
-                        self.cand_p[n] = p
-                        self.cand_len[n] = length
-                        n += 1
-                        m += 1
-                        if length > best_len:
-                            best_len = length
-                        p = i64(self.tprev[p])
+                    p = i64(self.prev[p])
+                n_hist = n
+            if c is not None:
+                off = c._find(a, b)
+                if off >= 0:
+                    found = True
+                    if n < max_candidates:
+                        n, best_len = self._collect_corpus(c, off, n, best_len, max_candidates)
+                        taken = n - n_hist
+            if found:
+                t3 = qv[2]  # SEP when the query has two tokens (qv's end mark)
+                if n >= max_candidates and t3 != SEP:
+                    n, best_len = self._collect_deep(kid, off, n_hist, taken, n, best_len, t3, a, b)
                 self.n_cand = n
                 return best_len
-        u = self._ufind(b)
-        if u < 0:
-            return 0
-        p = i64(self.ulast[u])
         n = 0
-        while p >= 0 and n < UNIGRAM_CANDIDATES:
-            self.cand_p[n] = p
-            self.cand_len[n] = 1
-            n += 1
-            p = i64(self.uprev[p])
+        u = self._ufind(b)
+        if u >= 0:
+            p = i64(self.ulast[u])
+            while p >= 0 and n < UNIGRAM_CANDIDATES:
+                self.cand_p[n] = p
+                self.cand_len[n] = 1
+                n += 1
+                p = i64(self.uprev[p])
+        if c is not None and n < UNIGRAM_CANDIDATES:
+            n = self._collect_corpus_after(c, b, n)
+        if n == 0:
+            return 0
         self.n_cand = n
         return 1
 
-    def _match_back(self, q: vec[i32], p: i64, length: i64) -> i64:
-        """How far the occurrence continuing at ``p`` agrees with the query backwards (from ``length``
-        known equal tokens, at most :data:`MAX_MATCH`, never across a separator)."""
+    def _collect_deep(
+        self, kid: i64, off: i64, n_hist: i64, taken: i64, n: i64, best_len: i64, t3: i32, a: i32, b: i32
+    ) -> tuple[i64, i64]:
+        """Add up to :data:`DEEP_CANDIDATES` occurrences of the trigram ``(t3, a, b)`` older than the
+        last bigram candidate (``n_hist`` of the ``n`` candidates are the requests', then ``taken``
+        entries of the corpus run at slot ``off``); (n, longest match so far).
+
+        The bigram is common: its newest occurrences were not all of them, and older ones may match
+        longer. While the candidates are all the requests', the trigram's occurrences newer than the
+        last one are the candidates matching 3+ tokens, so the oldest of those links to the first one
+        to take (none: the trigram's newest occurrence is older than all the candidates); after the
+        requests' come all of the corpus's. Once the corpus run was reached, the requests' trigram
+        occurrences are all newer: only the run's entries after those taken count.
+        """
+        m: i64 = 0
+        if taken == 0 and kid >= 0:
+            p: i64 = -2
+            for j in range(n_hist):
+                if self.cand_len[j] >= 3:
+                    p = i64(self.tprev[self.cand_p[j]])
+            if p == -2:
+                p = i64(self.tslots[self._tslot(t3, a, b)])
+            while p >= 0 and m < DEEP_CANDIDATES:
+                length = self._match_back(p, 3)
+                self.cand_p[n] = p
+                self.cand_len[n] = length
+                n += 1
+                m += 1
+                if length > best_len:
+                    best_len = length
+                p = i64(self.tprev[p])
+        c = self.corpus
+        if c is None or off < 0 or m >= DEEP_CANDIDATES:
+            return n, best_len
+        # The corpus's trigram occurrences are the entries of the bigram's run (newest first) whose
+        # token before is t3: scanned, as the file has no per-trigram runs.
+        start, count = c._run(off)
+        buf = c._buf
+        n_tokens = c.n_tokens
+        e = c._o_entries + 8 * (start + taken)
+        for g in range(taken, count):
+            pre = read_i32_le(buf, e + 4)
+            if pre == t3:
+                pos = i64(read_i32_le(buf, e))
+                if pos < 3 or pos >= n_tokens:
+                    raise c._bad_entry(start + g)
+                length = self._corpus_match_back(buf, pos)
+                self.cand_p[n] = CORPUS_BASE + pos
+                self.cand_len[n] = length
+                n += 1
+                m += 1
+                if length > best_len:
+                    best_len = length
+                if m >= DEEP_CANDIDATES:
+                    break
+            e += 8
+        return n, best_len
+
+    def _collect_corpus_after(self, c: CorpusIndex, t: i32, n: i64) -> i64:
+        """Add the corpus's positions ``i`` with ``ids[i-1] == t`` (and ``ids[i]`` a token), newest
+        first (the file's run of ``t``), to the ``n`` candidates, up to :data:`UNIGRAM_CANDIDATES`
+        in all; returns their number."""
+        start, count = c._after_run(t)
+        take = UNIGRAM_CANDIDATES - n
+        if count < take:
+            take = count
+        for g in range(take):
+            self.cand_p[n] = CORPUS_BASE + c._after_pos(start + g)
+            self.cand_len[n] = 1
+            n += 1
+        return n
+
+    def _collect_corpus(self, c: CorpusIndex, off: i64, n: i64, best_len: i64, max_candidates: i64) -> tuple[i64, i64]:
+        """Add the corpus's occurrences of the bigram at slot ``off`` to the candidates after the
+        ``n`` there (newest first, up to ``max_candidates`` in all); (n, longest match so far).
+
+        An entry holds its position and the token before its bigram: a candidate whose match
+        ends there (most do) is measured without reading the ids, whose cache line would be a
+        miss for nearly every occurrence of a bigram in a large corpus.
+        """
+        start, count = c._run(off)
+        take = max_candidates - n
+        if count < take:
+            take = count
+        buf = c._buf
+        n_tokens = c.n_tokens
+        qv = self.qv
+        q2 = qv[2]
+        e = c._o_entries + 8 * start
+        touched: i32 = 0
+        n0 = n
+        for g in range(take):
+            pos = i64(read_i32_le(buf, e))
+            pre = read_i32_le(buf, e + 4)
+            e += 8
+            if pos < 2 or pos >= n_tokens:
+                raise c._bad_entry(start + g)
+            length: i64 = 2
+            if pre == q2 and pre != SEP:
+                length = self._corpus_match_back(buf, pos)
+            self.cand_p[n] = CORPUS_BASE + pos
+            self.cand_len[n] = length
+            n += 1
+            if length > best_len:
+                best_len = length
+        # The continuations of the candidates _follow will likely vote with (within MATCH_SLACK of
+        # the longest: a guess, the state's slack may differ), read now though only _follow needs
+        # them: nothing here branches on them, so their loads (cache misses in a large corpus)
+        # overlap, where _follow's vote, which branches on each, would wait for them one by one.
+        for j in range(n0, n):
+            if self.cand_len[j] + MATCH_SLACK >= best_len:
+                touched ^= read_i32_le(buf, CORPUS_IDS + 4 * (self.cand_p[j] - CORPUS_BASE))
+        self.touched = touched  # kept, so the compiler keeps the reads
+        return n, best_len
+
+    def _corpus_match_back(self, buf: bytes, pos: i64) -> i64:
+        """How far the corpus occurrence continuing at id ``pos``, known to match 3 tokens (its
+        entry's token before is the query's third), agrees with the query (``qv``) backwards: at
+        most :data:`MAX_MATCH`, never across a -1 or the corpus's start."""
+        qv = self.qv
+        length: i64 = 3
+        at = pos - 4
+        while length < MAX_MATCH and at >= 0:
+            t = read_i32_le(buf, CORPUS_IDS + 4 * at)
+            if t == SEP or t != qv[length]:
+                break
+            length += 1
+            at -= 1
+        return length
+
+    def _match_back(self, p: i64, length: i64) -> i64:
+        """How far the requests' occurrence continuing at ``p`` agrees with the query (``qv``, from
+        :meth:`_fill_query`) backwards: from ``length`` known equal tokens, at most
+        :data:`MAX_MATCH`, never across a separator (``qv`` ends with one)."""
         toks = self.toks
+        qv = self.qv
         while length < MAX_MATCH:
             at = p - 1 - length
             if at < 0:
                 break
             t = toks[at]
-            if t == SEP or t != self._query_at(q, length):
+            if t == SEP or t != qv[length]:
                 break
             length += 1
         return length
@@ -767,8 +902,6 @@ class HybridState:
             if h.cand_len[j] >= shortest:
                 act[n_act] = act[j]
                 n_act += 1
-        toks = h.toks
-        end = i64(len(toks))
         vt = h.vote_t
         vc = h.vote_c
         b2 = h._query_at(q, 1)  # the two tokens before the next drafted one (for static_class)
@@ -781,10 +914,7 @@ class HybridState:
             # distinct tokens), and the candidates mostly agree.
             n_d: i64 = 0
             for i in range(n_act):
-                pi = act[i] + k
-                if pi >= end:
-                    continue
-                ti = toks[pi]
+                ti = h._tok(act[i] + k)  # the request stream's or the corpus's (-1 past their ends)
                 if ti == SEP:
                     continue
                 d: i64 = 0
@@ -806,9 +936,8 @@ class HybridState:
                 break
             cur: i64 = 0
             for i in range(n_act):  # the newest followed occurrence with this token
-                pi = act[i] + k
-                if pi < end and toks[pi] == best_t:
-                    if act[i] >= h.req_start:
+                if h._tok(act[i] + k) == best_t:
+                    if h.req_start <= act[i] < CORPUS_BASE:  # the corpus is no request
                         cur = 1
                     break
             cell = stat_cell(best_c, n_act, best + k, static_class(st, b2, b1, best_t), kind, cur)
@@ -824,8 +953,7 @@ class HybridState:
                 break
             n_kept: i64 = 0
             for i in range(n_act):
-                pi = act[i] + k - 1
-                if pi < end and toks[pi] == best_t:
+                if h._tok(act[i] + k - 1) == best_t:
                     act[n_kept] = act[i]
                     n_kept += 1
             n_act = n_kept

@@ -33,7 +33,7 @@ of a llama.cpp draft of this length.
    the token had one occurrence behind it, won a tie, was unanimous among several, had a
    majority or only a plurality, and how many occurrences that was (:func:`support_class`);
    the second whether the newest occurrence behind it is in the current request (after the
-   history's last separator); the effective match length is the match length plus the
+   history's last separator; a corpus occurrence never is); the effective match length is the match length plus the
    offset into the suffix part (a token drafted after ``k`` accepted ones extends the match
    by ``k``), capped at 32. Kinds are also split by the *static class* of the
    token (how the static index supports it after the two tokens before it:
@@ -52,11 +52,15 @@ Everything is integer counting plus one float product in a fixed order: determin
 the fast path computes the same floats.
 
 Memory: the history keeps at most ``max_tokens`` tokens (separators included); when it is
-full, the older half is dropped and the index rebuilt over the rest.
+full, the older half is dropped and the index rebuilt over the rest. A corpus
+(:meth:`SuffixHistory.add_corpus`) is held apart: older than every request (its occurrences
+come after theirs), never evicted, closed at both ends (no match or continuation crosses
+them); its positions are numbered from :data:`CORPUS_BASE`.
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Sequence
 
@@ -65,6 +69,8 @@ from lookupdec.reference.draft import PartSource, draft, try_static
 
 SEP = -1
 """Separator written before every request in the history stream (never matched)."""
+CORPUS_BASE = 1 << 40
+"""Positions at or above this are the corpus's: its ids' positions plus this."""
 DEFAULT_MAX_TOKENS = 1 << 22
 """Default bound of a :class:`SuffixHistory` (4,194,304 tokens)."""
 MAX_CANDIDATES = 32
@@ -139,6 +145,12 @@ class SuffixHistory:
         self.max_tokens = max_tokens
         self.n_evictions = 0
         self.req_start = 0  # where the latest request starts (after its separator)
+        self.corpus: list[int] | None = None
+        # the corpus's positions (ids indices) by bigram, by trigram and by the token before, as
+        # positions, positions3 and after hold the requests' (oldest first)
+        self.corpus_positions: dict[tuple[int, int], list[int]] = {}
+        self.corpus_positions3: dict[tuple[int, int, int], list[int]] = {}
+        self.corpus_after: dict[int, list[int]] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -150,13 +162,25 @@ class SuffixHistory:
         # token -> the positions p with toks[p-1] == token (and toks[p] a token), oldest first
         self.after: dict[int, list[int]] = {}
 
+    def corpus_tokens(self) -> int:
+        """Number of the corpus's ids (separators between its documents included; 0 without a corpus)."""
+        return len(self.corpus) if self.corpus is not None else 0
+
     def __len__(self) -> int:
-        """Number of tokens (and separators) held."""
-        return len(self.toks)
+        """Number of tokens (and separators) held: the corpus's (and a separator before it), then the requests'."""
+        return len(self.tokens())
 
     def tokens(self) -> list[int]:
-        """The stream held, separators as -1."""
-        return list(self.toks)
+        """The stream held, separators as -1: with a corpus, -1 and its ids first, then the requests'."""
+        head = [] if self.corpus is None else [SEP, *self.corpus]
+        return head + self.toks
+
+    def token_at(self, p: int) -> int:
+        """The token at position ``p`` of the stream or (from :data:`CORPUS_BASE`) the corpus; -1 past the end."""
+        if p >= CORPUS_BASE:
+            ids = self.corpus or []
+            return ids[p - CORPUS_BASE] if p - CORPUS_BASE < len(ids) else SEP
+        return self.toks[p] if p < len(self.toks) else SEP
 
     def _index_last(self) -> None:
         toks = self.toks
@@ -190,14 +214,42 @@ class SuffixHistory:
         self.push(SEP)
         self.req_start = len(self.toks)
 
-    def add_corpus(self, tokens: Sequence[int]) -> None:
-        """Add a corpus as one earlier request: :meth:`add_separator`, then :meth:`extend`.
+    def add_corpus(self, corpus: Sequence[int] | str | os.PathLike[str]) -> None:
+        """Add a corpus: token ids (-1 between documents) or the path of a corpus file (its ids are read).
 
-        (The fast path also groups the corpus's positions by bigram here, for speed: the same
-        matches.)
+        Its occurrences are older than every request's, it is never evicted (``max_tokens``
+        bounds the requests' tokens) and no match crosses its ends. A history holds one corpus.
         """
-        self.add_separator()
-        self.extend(tokens)
+        if self.corpus is not None:
+            raise ValueError("this history already holds a corpus")
+        if isinstance(corpus, (str, os.PathLike)):
+            from lookupdec.formats.corpus import read_corpus_ids
+
+            ids = read_corpus_ids(corpus)
+        else:
+            ids = [int(t) for t in corpus]
+            bad = next((t for t in ids if t < SEP), None)
+            if bad is not None:
+                raise ValueError(f"corpus token {bad} is negative (only -1, between documents)")
+        self.corpus = ids
+        for i in range(1, len(ids)):  # as _index_last indexes the requests' positions
+            a, b, c = ids[i - 2] if i >= 2 else SEP, ids[i - 1], ids[i]
+            if SEP not in (a, b, c):
+                self.corpus_positions.setdefault((a, b), []).append(CORPUS_BASE + i)
+                if i >= 3 and ids[i - 3] != SEP:
+                    self.corpus_positions3.setdefault((ids[i - 3], a, b), []).append(CORPUS_BASE + i)
+            if b != SEP and c != SEP:
+                self.corpus_after.setdefault(b, []).append(CORPUS_BASE + i)
+
+    @staticmethod
+    def _age(p: int) -> tuple[int, int]:
+        """Sorts positions oldest first: the corpus's (from :data:`CORPUS_BASE`) before the requests'."""
+        return (0, p) if p >= CORPUS_BASE else (1, p)
+
+    @staticmethod
+    def _newest_first(requests: list[int], corpus: list[int]) -> list[int]:
+        """Occurrences in the requests and in the corpus (each oldest first), newest first."""
+        return [*reversed(requests), *reversed(corpus)]
 
     def extend(self, tokens: Sequence[int]) -> None:
         """Append tokens of the current request."""
@@ -226,16 +278,19 @@ class SuffixHistory:
         :data:`MAX_MATCH`, never across a separator); when there were that many, then up to
         :data:`DEEP_CANDIDATES` older occurrences of the last three tokens, newest first. If the
         last two tokens never occurred, up to :data:`UNIGRAM_CANDIDATES` newest occurrences of
-        the last token alone, with length 1.
+        the last token alone, with length 1. "Newest first" puts the corpus's occurrences after
+        every request's (the corpus is the oldest part, as if it were the first request).
         """
 
         def query(j: int) -> int:
             return self.query_token(drafted, j, request)
 
         def measure(p: int, length: int) -> tuple[int, int]:
+            start = CORPUS_BASE if p >= CORPUS_BASE else 0  # where p's part begins
             while length < MAX_MATCH:
                 at = p - 1 - length
-                if at < 0 or self.toks[at] == SEP or self.toks[at] != query(length):
+                t = self.token_at(at) if at >= start else SEP
+                if t == SEP or t != query(length):
                     break
                 length += 1
             return p, length
@@ -243,16 +298,23 @@ class SuffixHistory:
         last, before = query(0), query(1)
         if last == SEP:
             return []
-        if before != SEP and (before, last) in self.positions:
-            newest = self.positions[(before, last)][-max_candidates:]
-            found = [measure(p, 2) for p in reversed(newest)]
+        # Newest first: the requests' occurrences, then the corpus's (older than every request).
+        bigram = (before, last)
+        ordered = self._newest_first(self.positions.get(bigram, []), self.corpus_positions.get(bigram, []))
+        if before != SEP and ordered:
+            newest = ordered[:max_candidates]
+            found = [measure(p, 2) for p in newest]
             third = query(2)
             if len(found) >= max_candidates and third != SEP:
-                older = [p for p in self.positions3.get((third, before, last), []) if p < newest[0]]
-                found += [measure(p, 3) for p in reversed(older[-DEEP_CANDIDATES:])]
+                trigram = (third, before, last)
+                ordered3 = self._newest_first(self.positions3.get(trigram, []), self.corpus_positions3.get(trigram, []))
+                oldest = self._age(newest[-1])
+                older = [p for p in ordered3 if self._age(p) < oldest]
+                found += [measure(p, 3) for p in older[:DEEP_CANDIDATES]]
             return found
-        if last in self.after:
-            return [(p, 1) for p in reversed(self.after[last][-UNIGRAM_CANDIDATES:])]
+        ordered = self._newest_first(self.after.get(last, []), self.corpus_after.get(last, []))
+        if ordered:
+            return [(p, 1) for p in ordered[:UNIGRAM_CANDIDATES]]
         return []
 
 
@@ -396,7 +458,7 @@ class HybridState:
         best = max(length for _, length in found)
         # newest first: the longest matches and those at most match_slack shorter
         active = [p for p, length in found if length >= best - self.match_slack]
-        toks = self.history.toks
+        h = self.history
         # the two tokens before the next drafted one, for static_class
         b2 = self.history.query_token(drafted, 1, request)
         b1 = self.history.query_token(drafted, 0, request)
@@ -404,7 +466,7 @@ class HybridState:
         cells: list[Cell] = []
         k = 0
         while k < n_max:
-            nexts = [toks[p + k] if p + k < len(toks) else SEP for p in active]
+            nexts = [h.token_at(p + k) for p in active]
             votes = Counter(t for t in nexts if t != SEP)
             if not votes:
                 break
@@ -415,7 +477,7 @@ class HybridState:
                 kind,
                 static_class(static, b2, b1, token),
                 support_class(top, len(active)),
-                int(newest >= self.history.req_start),
+                int(self.history.req_start <= newest < CORPUS_BASE),  # the corpus is no request
                 min(best + k, N_LEN - 1),
             )
             prob = prob * _estimate(self.ok[cell], self.tried[cell])

@@ -1,0 +1,438 @@
+"""The hybrid policy's corpus, compiled: a corpus file (docs/formats.md) read in place.
+
+Compiled by mypyc with :mod:`lookupdec.fast._hybrid` (see ``setup.py``). A
+:class:`CorpusIndex` is the corpus part of a ``SuffixHistory``: the corpus's token ids, its
+indexed positions grouped by bigram (a contiguous run per bigram, newest first, each entry
+holding the position and the token before its bigram, so that most comparisons never leave
+the run), an open-addressing slot table over the bigrams, and per token its occurrences
+(newest first, a run per token). :meth:`CorpusIndex.open` maps a file in O(1) (the mapping seen as one ``bytes``,
+:mod:`lookupdec.fast._mapbytes`, which compiled code reads natively with
+``librt.strings.read_i32_le``); :meth:`CorpusIndex.from_tokens` builds the same bytes in
+memory (what ``add_corpus(ids)`` uses), :meth:`CorpusIndex.save` writes them.
+
+Every offset and position read from the file is checked before it is used, so a corrupt
+file raises :class:`~lookupdec.errors.CacheFormatError` naming it, never reads out of bounds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from typing import Final
+
+from librt.strings import BytesWriter, read_i32_le, read_i64_le, write_i32_le, write_i64_le
+from librt.vecs import append, vec
+from mypy_extensions import i32, i64
+
+from lookupdec.errors import CacheFormatError
+from lookupdec.fast._core import NULL32, filled_i32, key_hash, low32, pack, to_vec
+from lookupdec.fast._index import static_slot
+from lookupdec.fast._mapbytes import MappedBytes, map_bytes
+
+SEP: Final[i32] = -1
+"""The document separator in the ids (the history's request separator): never matched."""
+HEADER_SIZE: Final[i64] = 96
+SLOT_SIZE: Final[i64] = 16
+ENTRY_SIZE: Final[i64] = 8
+UNIGRAM_SIZE: Final[i64] = 8
+
+
+def slot_bits(n_slots: i64) -> i64:
+    """log2 of a power of two."""
+    bits: i64 = 0
+    while (i64(1) << bits) < n_slots:
+        bits += 1
+    return bits
+
+
+class _Keys:
+    """An open-addressing set of packed keys numbered in first-insertion order (building only)."""
+
+    keys: vec[i64]
+    slots: vec[i32]
+    mask: i64
+
+    def __init__(self) -> None:
+        self.keys = vec[i64]()
+        self.slots = filled_i32(1024, NULL32)
+        self.mask = 1023
+
+    def intern(self, w: i64) -> i64:
+        """The ordinal of ``w``, numbered now if new."""
+        h = key_hash(w, -1) & self.mask
+        while True:
+            s = i64(self.slots[h])
+            if s < 0:
+                break
+            if self.keys[s] == w:
+                return s
+            h = (h + 1) & self.mask
+        kid = i64(len(self.keys))
+        self.slots[h] = i32(kid)
+        self.keys = append(self.keys, w)
+        if 2 * (kid + 1) > self.mask + 1:
+            self.mask = 2 * (self.mask + 1) - 1
+            self.slots = slots_for(self.keys, self.mask + 1)
+        return kid
+
+
+def slots_for(keys: vec[i64], size: i64) -> vec[i32]:
+    """An open-addressing table of ``size`` slots (a power of two) holding the ordinals of
+    ``keys`` (distinct), each at the first free slot from its ``key_hash`` home."""
+    ns = filled_i32(size, NULL32)
+    nm = size - 1
+    for j in range(len(keys)):
+        g = key_hash(keys[j], -1) & nm
+        while ns[g] >= 0:
+            g = (g + 1) & nm
+        ns[g] = i32(j)
+    return ns
+
+
+def corpus_bytes(ids: vec[i32], vocab_size: int = 0, vocab_fingerprint: bytes = bytes(8)) -> bytes:
+    """The corpus file of ``ids`` (-1 between documents): header, ids, slots, entries, unigrams, after.
+
+    Bigrams are numbered in the order of their first indexed position; a position ``i`` is
+    indexed when ``ids[i-2]``, ``ids[i-1]``, ``ids[i]`` are tokens (not -1). Bigram ``k``'s
+    run holds its positions newest first; the slot table places the bigrams in that order,
+    each at the first free slot from its home ``static_slot`` (linear probing); unigram
+    records are ascending by token, each with the first index of its token's run in the after
+    section (its positions newest first). So the bytes depend on the ids only.
+    """
+    from lookupdec.formats.corpus import CORPUS_HEADER, CORPUS_VERSION, MAGIC_CORPUS, min_slots
+
+    n = i64(len(ids))
+    for j in range(n):
+        if ids[j] < SEP:
+            raise ValueError(f"corpus token {ids[j]} at {j} is negative (only -1, between documents)")
+    bigrams = _Keys()
+    kids = filled_i32(n, NULL32)
+    counts = vec[i32]()
+    for i in range(2, n):
+        a = ids[i - 2]
+        b = ids[i - 1]
+        if a != SEP and b != SEP and ids[i] != SEP:
+            kid = bigrams.intern(pack(a, b))
+            if kid == i64(len(counts)):
+                counts = append(counts, 0)
+            counts[kid] += 1
+            kids[i] = i32(kid)
+    n_bigrams = i64(len(counts))
+    starts = vec[i32](capacity=n_bigrams + 1)
+    total: i64 = 0
+    for k in range(n_bigrams):
+        starts = append(starts, i32(total))
+        total += i64(counts[k])
+    starts = append(starts, i32(total))
+    fill = vec[i32](capacity=n_bigrams)
+    for k in range(n_bigrams):
+        fill = append(fill, starts[k])
+    run = filled_i32(total, 0)
+    i = n - 1
+    while i >= 2:  # newest first within each run
+        kid = i64(kids[i])
+        if kid >= 0:
+            run[i64(fill[kid])] = i32(i)
+            fill[kid] += 1
+        i -= 1
+    n_slots = i64(min_slots(int(n_bigrams)))
+    bits = slot_bits(n_slots)
+    mask = n_slots - 1
+    where = filled_i32(n_slots, NULL32)
+    for k in range(n_bigrams):
+        w = bigrams.keys[k]
+        h = static_slot(i32(w >> 32), low32(w), bits)
+        while where[h] >= 0:
+            h = (h + 1) & mask
+        where[h] = i32(k)
+    # the one-token fallback: per token t, the positions i with ids[i-1] == t (and ids[i] a
+    # token), newest first, one run per token in ascending token order (a counting sort)
+    unis = _Keys()
+    ucount = vec[i32]()
+    for i in range(1, n):
+        a = ids[i - 1]
+        if a != SEP and ids[i] != SEP:
+            u = unis.intern(pack(a, a))
+            if u == i64(len(ucount)):
+                ucount = append(ucount, 0)
+            ucount[u] += 1
+    n_uni = i64(len(ucount))
+    order = sorted([(int(low32(unis.keys[u])), int(u)) for u in range(n_uni)])
+    ustart = filled_i32(n_uni, 0)
+    n_after: i64 = 0
+    for _t, uo in order:
+        u = i64(uo)
+        ustart[u] = i32(n_after)
+        n_after += i64(ucount[u])
+    ufill = filled_i32(n_uni, 0)
+    for u in range(n_uni):
+        ufill[u] = ustart[u]
+    after = filled_i32(n_after, 0)
+    i = n - 1
+    while i >= 1:  # newest first within each run
+        a = ids[i - 1]
+        if a != SEP and ids[i] != SEP:
+            u = unis.intern(pack(a, a))
+            after[i64(ufill[u])] = i32(i)
+            ufill[u] += 1
+        i -= 1
+    w8 = BytesWriter()
+    for j in range(n):
+        write_i32_le(w8, ids[j])
+    if n % 2 == 1:
+        write_i32_le(w8, 0)  # pads the ids to a multiple of 8 bytes
+    for h in range(n_slots):
+        k = i64(where[h])
+        if k < 0:
+            write_i64_le(w8, 0)
+            write_i64_le(w8, 0)
+        else:
+            write_i64_le(w8, bigrams.keys[k])
+            write_i32_le(w8, starts[k])
+            write_i32_le(w8, counts[k])
+    for g in range(total):
+        p = i64(run[g])
+        write_i32_le(w8, i32(p))
+        pre = SEP  # an if statement: a conditional expression on native ints is boxed
+        if p >= 3:
+            pre = ids[p - 3]
+        write_i32_le(w8, pre)
+    for t, uo in order:
+        write_i32_le(w8, i32(t))
+        write_i32_le(w8, ustart[i64(uo)])
+    for g in range(n_after):
+        write_i32_le(w8, after[g])
+    if n_after % 2 == 1:
+        write_i32_le(w8, 0)  # pads the after section to a multiple of 8 bytes
+    body = w8.getvalue()
+    header = CORPUS_HEADER.pack(
+        MAGIC_CORPUS, CORPUS_VERSION, HEADER_SIZE, 0, n_after, n, n_bigrams, n_slots, total, n_uni,
+        vocab_size, vocab_fingerprint, HEADER_SIZE + len(body), hashlib.blake2b(body, digest_size=8).digest(),
+    )  # fmt: skip
+    return header + body
+
+
+class CorpusIndex:
+    """A corpus for the hybrid policy's suffix match, read in place (docs/formats.md, "The corpus file").
+
+    Open a file with :meth:`open` (memory-mapped, O(1): the mapping is shared with every
+    process that maps the file and only the pages a match touches become resident) or build
+    one in memory with :meth:`from_tokens`; give it to ``SuffixHistory.add_corpus`` (or
+    ``Drafter(policy="hybrid", corpus=...)``).
+    """
+
+    path: str
+    in_memory: bool
+    n_tokens: i64
+    n_bigrams: i64
+    n_slots: i64
+    n_entries: i64
+    n_unigrams: i64
+    n_after: i64
+    vocab_size: int
+    vocab_fingerprint: bytes
+    _buf: bytes
+    _view: MappedBytes | None
+    _bits: i64
+    _o_slots: i64
+    _o_entries: i64
+    _o_unigrams: i64
+    _o_after: i64
+
+    def __init__(self, path: str, data: bytes, view: MappedBytes | None = None) -> None:
+        """Use :meth:`open`, :meth:`from_tokens` or :meth:`from_bytes` instead."""
+        from lookupdec.formats.corpus import corpus_header
+
+        h = corpus_header(path, data, len(data))
+        self.path = path
+        self.in_memory = view is None
+        self._buf = data
+        self._view = view
+        self.n_tokens = h.n_tokens
+        self.n_bigrams = h.n_bigrams
+        self.n_slots = h.n_slots
+        self.n_entries = h.n_entries
+        self.n_unigrams = h.n_unigrams
+        self.n_after = h.n_after
+        self.vocab_size = h.vocab_size
+        self.vocab_fingerprint = bytes(h.vocab_fingerprint)
+        self._bits = slot_bits(h.n_slots)
+        self._o_slots = h.slots_offset
+        self._o_entries = h.entries_offset
+        self._o_unigrams = h.unigrams_offset
+        self._o_after = h.after_offset
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, in_memory: bool = False) -> CorpusIndex:
+        """Open a corpus file: memory-mapped (default; read into memory where mapping as ``bytes``
+        is not supported) or read into memory (``in_memory``). Checks the header only: O(1)."""
+        from lookupdec.formats.detect import open_regular
+
+        p = os.fspath(path)
+        with open_regular(p) as f:
+            size = os.fstat(f.fileno()).st_size
+            view = None if in_memory or size < HEADER_SIZE else map_bytes(f.fileno(), size)
+            if view is None:
+                data = f.read()
+                if len(data) != size:
+                    raise CacheFormatError(p, f"file changed size while being read ({size} -> {len(data)} bytes)")
+                return CorpusIndex(p, data)
+        try:
+            ix = CorpusIndex(p, view.data, view)
+        except BaseException:
+            view.close()
+            raise
+        view.prefetch()  # readahead, not waited for
+        return ix
+
+    @classmethod
+    def from_bytes(cls, data: bytes, path: str = "<memory>") -> CorpusIndex:
+        """A corpus over the bytes of a corpus file (``path`` names it in errors)."""
+        return CorpusIndex(path, data)
+
+    @classmethod
+    def from_tokens(
+        cls, tokens: Sequence[int], vocab_size: int = 0, vocab_fingerprint: bytes = bytes(8)
+    ) -> CorpusIndex:
+        """Build a corpus in memory from token ids (-1 between documents)."""
+        return CorpusIndex("<memory>", corpus_bytes(to_vec(tokens), vocab_size, vocab_fingerprint))
+
+    def to_bytes(self) -> bytes:
+        """The whole corpus file as bytes (a copy when mapped: the mapping goes away on close())."""
+        if self.in_memory:
+            return self._buf
+        return memoryview(self._buf).tobytes()
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the corpus file to ``path`` (atomically)."""
+        from lookupdec._atomic import atomic_writer
+
+        with atomic_writer(path) as f:
+            f.write(self._buf)
+
+    def tokens(self) -> list[int]:
+        """The corpus's ids (-1 between documents)."""
+        return [int(self._tok(i)) for i in range(self.n_tokens)]
+
+    def __len__(self) -> int:
+        """Number of ids (separators included)."""
+        return int(self.n_tokens)
+
+    def __repr__(self) -> str:
+        mode = "in-memory" if self.in_memory else "mmap"
+        return f"<fast.CorpusIndex {self.path!r} {mode} tokens={self.n_tokens} bigrams={self.n_bigrams}>"
+
+    def verify(self) -> None:
+        """The full check: checksum, and every section equal to what the ids give; O(n_tokens)."""
+        body = memoryview(self._buf)[HEADER_SIZE:]
+        from lookupdec.formats.corpus import CORPUS_HEADER
+
+        checksum = CORPUS_HEADER.unpack_from(self._buf, 0)[-1]
+        if hashlib.blake2b(body, digest_size=8).digest() != checksum:
+            raise CacheFormatError(self.path, "checksum mismatch: the file is corrupt", 88)
+        ids = vec[i32](capacity=self.n_tokens)
+        for i in range(self.n_tokens):
+            ids = append(ids, read_i32_le(self._buf, HEADER_SIZE + 4 * i))
+        try:
+            want = corpus_bytes(ids, self.vocab_size, self.vocab_fingerprint)
+        except ValueError as e:
+            raise CacheFormatError(self.path, str(e)) from None
+        if want[HEADER_SIZE:] != body:
+            raise CacheFormatError(self.path, "slots, entries, unigrams or after section differ from what the ids give")
+
+    def close(self) -> None:
+        """Release the mapping (an in-memory corpus drops its buffer); it is then empty."""
+        self._buf = b""
+        self.n_tokens = 0
+        self.n_bigrams = 0
+        self.n_entries = 0
+        self.n_unigrams = 0
+        self.n_after = 0
+        view = self._view
+        self._view = None
+        if view is not None:
+            view.close()  # unmaps once nothing references the mapping's bytes (_mapbytes)
+
+    def __enter__(self) -> CorpusIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- reads for SuffixHistory._collect -------------------------------------------------
+
+    def _corrupt(self, message: str, off: i64) -> CacheFormatError:
+        return CacheFormatError(self.path, message + " (run verify() for a full check)", int(off))
+
+    def _tok(self, i: i64) -> i32:
+        """Id ``i`` (-1 outside the corpus)."""
+        if i < 0 or i >= self.n_tokens:
+            return SEP
+        t = read_i32_le(self._buf, HEADER_SIZE + 4 * i)
+        if t < SEP:
+            raise self._corrupt(f"token id {t} < -1", HEADER_SIZE + 4 * i)
+        return t
+
+    def _find(self, a: i32, b: i32) -> i64:
+        """Byte offset of the slot of bigram (a, b), -1 if it has no indexed position."""
+        if self.n_bigrams == 0:
+            return -1
+        w = pack(a, b)
+        mask = self.n_slots - 1
+        h = static_slot(a, b, self._bits)
+        buf = self._buf
+        o = self._o_slots
+        for _probe in range(self.n_slots):  # bounded: a corrupt table without a free slot ends too
+            off = o + SLOT_SIZE * h
+            if read_i32_le(buf, off + 12) == 0:
+                return -1
+            if read_i64_le(buf, off) == w:
+                return off
+            h = (h + 1) & mask
+        return -1
+
+    def _run(self, off: i64) -> tuple[i64, i64]:
+        """(first entry, number of entries) of the slot at ``off``, checked."""
+        start = i64(read_i32_le(self._buf, off + 8))
+        count = i64(read_i32_le(self._buf, off + 12))
+        if start < 0 or count < 0 or start + count > self.n_entries:
+            raise self._corrupt(f"run of {count} entries at {start} outside the {self.n_entries} entries", off)
+        return start, count
+
+    def _bad_entry(self, g: i64) -> CacheFormatError:
+        return self._corrupt(f"entry {g}: position outside 2..n_tokens - 1", self._o_entries + ENTRY_SIZE * g)
+
+    def _after_run(self, t: i32) -> tuple[i64, i64]:
+        """(first index, number) of the after section's run of token ``t``: the positions ``i``
+        with ``ids[i-1] == t`` and ``ids[i]`` a token, newest first; (0, 0) if none."""
+        lo: i64 = 0
+        hi = self.n_unigrams
+        buf = self._buf
+        o = self._o_unigrams
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if read_i32_le(buf, o + UNIGRAM_SIZE * mid) < t:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo >= self.n_unigrams or read_i32_le(buf, o + UNIGRAM_SIZE * lo) != t:
+            return 0, 0
+        start = i64(read_i32_le(buf, o + UNIGRAM_SIZE * lo + 4))
+        end = self.n_after
+        if lo + 1 < self.n_unigrams:
+            end = i64(read_i32_le(buf, o + UNIGRAM_SIZE * (lo + 1) + 4))
+        if start < 0 or end <= start or end > self.n_after:
+            raise self._corrupt(
+                f"unigram {t}: run {start}..{end} is empty or outside the {self.n_after} positions",
+                o + UNIGRAM_SIZE * lo + 4,
+            )
+        return start, end - start
+
+    def _after_pos(self, g: i64) -> i64:
+        """Position ``g`` of the after section, checked."""
+        off = self._o_after + 4 * g
+        p = i64(read_i32_le(self._buf, off))
+        if p < 1 or p >= self.n_tokens:
+            raise self._corrupt(f"after position {g}: {p} outside 1..n_tokens - 1", off)
+        return p
