@@ -845,8 +845,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--corpus", metavar="CORPUS",
         help="hybrid only: a corpus the suffix match follows too, older than every request: a corpus file "
         "(create --corpus-out; memory-mapped, opened in constant time) or a text read like REPLAY, e.g. the "
-        "static index's corpus (then built in memory, about 25 bytes per token); what "
-        "Drafter(policy='hybrid', corpus=...) does",
+        "static index's corpus (then built in memory: the process peaks about 30 bytes per corpus token "
+        "higher); what Drafter(policy='hybrid', corpus=...) does",
     )  # fmt: skip
     p.add_argument(
         "--load", action="store_true",
