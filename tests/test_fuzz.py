@@ -1,4 +1,4 @@
-"""The fuzz suite (tests/fuzz.py): a short seeded run by default, a longer one marked slow.
+"""The fuzz suite (tests/fuzz.py): a short and a long seeded run, both marked slow.
 
 Every mutant of every format, through every entry point, must be a clean error or a result,
 the same in both implementations: never a traceback, a crash, a hang, a different result
@@ -21,9 +21,12 @@ def _check(n: int, seed: int) -> None:
         assert sum(counts.values()) == fuzz.n_entries(fmt) * n, (fmt, counts)  # every mutant, every entry point
 
 
+@pytest.mark.slow  # a process per format, two at once: ~10 s of CPU, which kept the README's
+# test command over a minute; the default run keeps the exhaustive word tests of test_hardening
+# and test_corpus, and the classifier and seed tests below
 def test_fuzz_short() -> None:
-    # 5 mutants per entry point of each format: a smoke run that keeps the README's test
-    # command under a minute; test_fuzz_long (slow) and `python -m tests.fuzz` go deep.
+    # 5 mutants per entry point of each format: the quick seeded run; test_fuzz_long and
+    # `python -m tests.fuzz` go deep.
     _check(int(os.environ.get("LOOKUPDEC_FUZZ_N", "5")), seed=0)
 
 
