@@ -219,6 +219,8 @@ class SuffixHistory:
     n_evictions: i64
     req_start: i64
     cand_p: vec[i64]
+    act: vec[i64]
+    last_best: i64
     cand_len: vec[i64]
     n_cand: i64
     vote_t: vec[i32]
@@ -239,6 +241,8 @@ class SuffixHistory:
         self.n_evictions = 0
         self.req_start = 0  # where the latest request starts (after its separator)
         self.cand_p = vec[i64]()
+        self.act = vec[i64]()
+        self.last_best = 0
         self.cand_len = vec[i64]()
         self.n_cand = 0
         self.vote_t = vec[i32]()
@@ -571,6 +575,7 @@ class SuffixHistory:
             cap = UNIGRAM_CANDIDATES
         if i64(len(self.cand_p)) < cap:
             self.cand_p = zeros_i64(cap)
+            self.act = zeros_i64(cap)
             self.cand_len = zeros_i64(cap)
             self.next_t = filled_i32(cap, SEP)
             size: i64 = 1
@@ -943,6 +948,7 @@ class HybridState:
         cmp: vec[i32],
         cmp_base: i64,
         cmp_n: i64,
+        reuse: bool = False,
     ) -> tuple[vec[i32], vec[i64]]:
         """Append up to ``n_max`` suffix-match tokens for the query ``q`` to ``drafted``.
 
@@ -951,20 +957,27 @@ class HybridState:
         With ``cmp_n > 0`` it stops early, after the first token that differs from
         ``cmp[cmp_base + k]`` or after ``cmp_n`` tokens: only a prefix of the same draft (a
         speed-up for the suffix-only draft when only its agreement with llama.cpp's is needed).
+        ``reuse``: ``q`` is the last call's query and the history has not grown since, so the
+        candidates that call collected are used again (collecting them is most of the cost).
         """
         cells = vec[i64](capacity=n_max)
         h = self.history
-        best = h._collect(q, self.max_candidates)
+        if reuse:
+            best = h.last_best  # the same query as the last call's, and nothing added since
+        else:
+            best = h._collect(q, self.max_candidates)
+            h.last_best = best
         if best == 0:
             return drafted, cells
         # The candidates followed: every occurrence matching at most match_slack shorter than the
-        # best. Kept in place at the front of h.cand_p (n_act of them), newest first.
-        act = h.cand_p
+        # best, in h.act (n_act of them), newest first; h.cand_p stays as _collect left it.
+        act = h.act
+        cand = h.cand_p
         n_act: i64 = 0
         shortest = best - self.match_slack
         for j in range(h.n_cand):
             if h.cand_len[j] >= shortest:
-                act[n_act] = act[j]
+                act[n_act] = cand[j]
                 n_act += 1
         vt = h.vote_t
         vc = h.vote_c
@@ -1066,7 +1079,7 @@ class HybridState:
                 alt = vec[i32](capacity=base + n_draft)
                 for j in range(base):
                     alt = append(alt, drafted[j])
-                alt, alt_cells = self._follow(before, alt, n_draft, 1.0, 1, st, drafted, base, 0)
+                alt, alt_cells = self._follow(before, alt, n_draft, 1.0, 1, st, drafted, base, 0, True)
                 self.last_llama = 0
                 self.last_suffix = i64(len(alt_cells))
                 self.last_cells = alt_cells
@@ -1092,7 +1105,8 @@ class HybridState:
             q = append(q, before[j])
         for j in range(base, len(drafted)):
             q = append(q, drafted[j])
-        drafted, cells = self._follow(q, drafted, n_draft - m, prob, 0, st, drafted, base, 0)
+        # m == 0 after a suffix-only draft: the same query as that draft's (``before``)
+        drafted, cells = self._follow(q, drafted, n_draft - m, prob, 0, st, drafted, base, 0, m == 0 and m_full > 0)
         self.last_suffix = i64(len(cells))
         self.last_cells = cells
         return drafted
