@@ -195,6 +195,20 @@ class HybridTests(ImplTests):
         s = self.state([3, 9, 4, 1], [2, 9, 4, 6], [6, 9, 4, 1], [8, 9, 5])
         assert self.propose(s, [7, 9], 2) == [4, 1]
 
+    def test_unseen_bigram_votes_over_the_newest_64(self) -> None:
+        # 9 followed by 4 sixty times, then by 5 forty times (each after a different token, so no
+        # bigram repeats): only the newest 64 occurrences of 9 vote, 40 fives against 24 fours (all
+        # 100 would give 4); the fast path keeps exactly those 64 per token, in a ring
+        requests = [[k, 9, 4] for k in range(10, 70)] + [[k, 9, 5] for k in range(70, 110)]
+        s = self.state(*requests)
+        assert self.propose(s, [7, 9], 1) == [5]
+        # 30 more fours: now 30 fours and 34 fives among the newest 64
+        s = self.state(*requests, *[[k, 9, 4] for k in range(110, 140)])
+        assert self.propose(s, [7, 9], 1) == [5]
+        # 33 more fours: 33 fours, 31 fives
+        s = self.state(*requests, *[[k, 9, 4] for k in range(110, 143)])
+        assert self.propose(s, [7, 9], 1) == [4]
+
     def test_support_class(self) -> None:
         support_class = self.hybrid_module().support_class
         # (count, n_active) -> class, worked from its docstring

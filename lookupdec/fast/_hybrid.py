@@ -14,17 +14,19 @@ Layout of :class:`SuffixHistory`:
 - ``bkey``/``bhead``: the bigrams seen, found through the open-addressing table ``bslots``,
   each with its most recent indexed position; ``prev[p]`` links to the previous indexed
   position of the same bigram (-1 at the end), so candidates are walked newest first;
-- ``ukey``/``ulast``: per single token ``t``, the most recent indexed position ``p`` with
-  ``toks[p-1] == t``; ``uprev[p]`` links to the previous one (the one-token fallback walks
-  them newest first);
+- ``ukey``/``uring``/``uhead``: per single token ``t``, its :data:`UNIGRAM_CANDIDATES` most
+  recent indexed positions ``p`` with ``toks[p-1] == t``, in a circular buffer (``uhead``: where
+  the next one goes; -1 where there were fewer): the one-token fallback reads them newest
+  first, one run of memory, where following a link from each occurrence to the one before made
+  every load (a cache miss in a long stream) wait for the previous one;
 - ``tslots``: the trigrams seen, an open-addressing table holding each one's most recent
   indexed position ``p`` (``toks[p-3..p-1]`` is the trigram, so the table stores no keys);
   ``tprev[p]`` links to the previous position of the same trigram (-1 at the end): the deep
   search for matches older than a common bigram's newest occurrences.
 
 When the stream would exceed ``max_tokens``, the older half is dropped and the index rebuilt
-over what is left (amortised O(1) per token; memory: 16 bytes per kept token, the token and
-its three links, plus the tables).
+over what is left (amortised O(1) per token; memory: 12 bytes per kept token, the token and
+its two links, plus the tables, of which the one-token rings take 256 bytes per distinct token).
 
 A corpus (:meth:`SuffixHistory.add_corpus`) is held apart, as a
 :class:`~lookupdec.fast._corpus.CorpusIndex` (a corpus file, mapped or built in memory):
@@ -74,11 +76,12 @@ SEP: Final[i32] = -1
 CORPUS_BASE: Final[i64] = 1 << 40
 """Candidate positions at or above this are the corpus's (its id positions plus this)."""
 DEFAULT_MAX_TOKENS: Final = 1 << 22
-"""Default bound of a :class:`SuffixHistory`: 4,194,304 tokens (64 MB for them and their links, plus the tables)."""
+"""Default bound of a :class:`SuffixHistory`: 4,194,304 tokens (48 MB for them and their links, plus the tables)."""
 MAX_CANDIDATES: Final[i64] = 32
 """How many earlier occurrences of the last bigram are compared, newest first."""
 UNIGRAM_CANDIDATES: Final[i64] = 64
-"""If the last bigram never occurred: how many of the last token's occurrences vote, newest first."""
+"""If the last bigram never occurred: how many of the last token's occurrences vote, newest first
+(a power of two: the size of each token's ring, see :class:`SuffixHistory`)."""
 DEEP_CANDIDATES: Final[i64] = 32
 """When the last bigram has at least ``max_candidates`` occurrences: how many older occurrences of
 the last trigram are compared too (a common bigram's newest occurrences rarely hold the longest match)."""
@@ -121,6 +124,8 @@ PRIOR_TRIED: Final = 2.0
 DECAY_AT: Final[i64] = 1 << 14
 """A statistic's counts are halved (integer division) when its ``tried`` reaches this: recent steps weigh more."""
 INITIAL_SLOTS: Final[i64] = 1 << 10
+VOTE_HASH: Final[i64] = 2654435761
+"""Multiplier of the vote table's hash (Knuth's: a prime near 2^32 / phi)."""
 
 
 def zeros_i64(n: i64) -> vec[i64]:
@@ -202,8 +207,8 @@ class SuffixHistory:
     bslots: vec[i32]
     bmask: i64
     ukey: vec[i32]
-    ulast: vec[i32]
-    uprev: vec[i32]
+    uring: vec[i32]
+    uhead: vec[i32]
     uslots: vec[i32]
     umask: i64
     tslots: vec[i32]
@@ -218,6 +223,11 @@ class SuffixHistory:
     n_cand: i64
     vote_t: vec[i32]
     vote_c: vec[i64]
+    vote_f: vec[i64]
+    vote_s: vec[i64]
+    vote_mask: i64
+    vote_stamp: i64
+    next_t: vec[i32]
     qv: vec[i32]
     corpus: CorpusIndex | None
     touched: i32
@@ -233,6 +243,11 @@ class SuffixHistory:
         self.n_cand = 0
         self.vote_t = vec[i32]()
         self.vote_c = vec[i64]()
+        self.vote_f = vec[i64]()
+        self.vote_s = vec[i64]()
+        self.vote_mask = 0
+        self.vote_stamp = 0
+        self.next_t = vec[i32]()
         self.qv = filled_i32(MAX_MATCH + 1, SEP)
         self.corpus = None
         self.touched = 0
@@ -246,8 +261,8 @@ class SuffixHistory:
         self.bslots = filled_i32(INITIAL_SLOTS, NULL32)
         self.bmask = INITIAL_SLOTS - 1
         self.ukey = vec[i32]()
-        self.ulast = vec[i32]()
-        self.uprev = vec[i32]()
+        self.uring = vec[i32]()
+        self.uhead = vec[i32]()
         self.uslots = filled_i32(INITIAL_SLOTS, NULL32)
         self.umask = INITIAL_SLOTS - 1
         self.tslots = filled_i32(INITIAL_SLOTS, NULL32)
@@ -281,6 +296,30 @@ class SuffixHistory:
         if p < i64(len(self.toks)):
             return self.toks[p]
         return SEP
+
+    def _next_tokens(self, act: vec[i64], n_act: i64, k: i64, nx: vec[i32]) -> None:
+        """``nx[i] = self._tok(act[i] + k)`` for the ``n_act`` candidates: one pass, read in line
+        (``_follow`` needs each candidate's token three times per drafted token; a method call per
+        read was its largest cost)."""
+        toks = self.toks
+        n_toks = i64(len(toks))
+        c = self.corpus
+        buf = b""
+        n_ids: i64 = 0
+        if c is not None:
+            buf = c._buf
+            n_ids = c.n_tokens
+        for i in range(n_act):
+            p = act[i] + k
+            t = SEP
+            if p < CORPUS_BASE:
+                if p < n_toks:
+                    t = toks[p]
+            elif c is not None and p - CORPUS_BASE < n_ids:
+                t = read_i32_le(buf, CORPUS_IDS + 4 * (p - CORPUS_BASE))
+                if t < SEP:
+                    raise c._corrupt(f"token id {t} < -1", CORPUS_IDS + 4 * (p - CORPUS_BASE))
+            nx[i] = t
 
     # --- bigram table ---------------------------------------------------------------
 
@@ -334,8 +373,8 @@ class SuffixHistory:
                 return s
             h = (h + 1) & mask
 
-    def _uset(self, t: i32, p: i64) -> i32:
-        """Make ``p`` the newest position after token ``t``; returns the previous one (-1: none)."""
+    def _uset(self, t: i32, p: i64) -> None:
+        """Make ``p`` the newest position after token ``t`` (in its ring, over the oldest)."""
         slots = self.uslots
         keys = self.ukey
         mask = self.umask
@@ -345,14 +384,18 @@ class SuffixHistory:
             if s < 0:
                 break
             if keys[s] == t:
-                old = self.ulast[s]
-                self.ulast[s] = i32(p)
-                return old
+                g = i64(self.uhead[s])
+                self.uring[UNIGRAM_CANDIDATES * s + g] = i32(p)
+                self.uhead[s] = i32((g + 1) & (UNIGRAM_CANDIDATES - 1))
+                return
             h = (h + 1) & mask
         kid = i64(len(keys))
         slots[h] = i32(kid)
         self.ukey = append(keys, t)
-        self.ulast = append(self.ulast, i32(p))
+        self.uring = append(self.uring, i32(p))
+        for _j in range(UNIGRAM_CANDIDATES - 1):  # ``_j``, not ``_``: see _core.filled_i32
+            self.uring = append(self.uring, NULL32)
+        self.uhead = append(self.uhead, 1)
         if 2 * (kid + 1) > mask + 1:
             size = 2 * (mask + 1)
             ns = filled_i32(size, NULL32)
@@ -365,7 +408,6 @@ class SuffixHistory:
                 ns[g] = i32(j)
             self.uslots = ns
             self.umask = nm
-        return NULL32
 
     # --- trigram table --------------------------------------------------------------
 
@@ -410,7 +452,6 @@ class SuffixHistory:
         toks = self.toks
         p = i64(len(toks)) - 1
         link = NULL32
-        ulink = NULL32
         tlink = NULL32
         if p >= 2:
             a = toks[p - 2]
@@ -423,9 +464,8 @@ class SuffixHistory:
                 if p >= 3 and toks[p - 3] != SEP:
                     tlink = self._tset(p)
             if b != SEP and c != SEP:
-                ulink = self._uset(b, p)
+                self._uset(b, p)
         self.prev = append(self.prev, link)
-        self.uprev = append(self.uprev, ulink)
         self.tprev = append(self.tprev, tlink)
 
     def _push(self, t: i32) -> None:
@@ -532,8 +572,16 @@ class SuffixHistory:
         if i64(len(self.cand_p)) < cap:
             self.cand_p = zeros_i64(cap)
             self.cand_len = zeros_i64(cap)
-            self.vote_t = filled_i32(cap, SEP)
-            self.vote_c = zeros_i64(cap)
+            self.next_t = filled_i32(cap, SEP)
+            size: i64 = 1
+            while size < 2 * cap:
+                size *= 2
+            self.vote_t = filled_i32(size, SEP)
+            self.vote_c = zeros_i64(size)
+            self.vote_f = zeros_i64(size)
+            self.vote_s = zeros_i64(size)
+            self.vote_mask = size - 1
+            self.vote_stamp = 0
         qn = self._fill_query(q)
         if qn == 0:
             return 0
@@ -577,12 +625,17 @@ class SuffixHistory:
         n = 0
         u = self._ufind(b)
         if u >= 0:
-            p = i64(self.ulast[u])
-            while p >= 0 and n < UNIGRAM_CANDIDATES:
+            ring = self.uring
+            r0 = UNIGRAM_CANDIDATES * u
+            g = i64(self.uhead[u])
+            while n < UNIGRAM_CANDIDATES:
+                g = (g - 1) & (UNIGRAM_CANDIDATES - 1)
+                p = i64(ring[r0 + g])
+                if p < 0:
+                    break
                 self.cand_p[n] = p
                 self.cand_len[n] = 1
                 n += 1
-                p = i64(self.uprev[p])
         if c is not None and n < UNIGRAM_CANDIDATES:
             n = self._collect_corpus_after(c, b, n)
         if n == 0:
@@ -916,42 +969,49 @@ class HybridState:
                 n_act += 1
         vt = h.vote_t
         vc = h.vote_c
+        vf = h.vote_f
+        vs = h.vote_s
+        vmask = h.vote_mask
+        nx = h.next_t
         b2 = h._query_at(q, 1)  # the two tokens before the next drafted one (for static_class)
         b1 = h._query_at(q, 0)
         k: i64 = 0
         while k < n_max:
-            # The most frequent next token among the candidates; on a tie the newest one's. The
-            # distinct next tokens are counted in the order they first appear (newest first), so
-            # the first with the highest count is the newest of the tied ones: O(candidates x
-            # distinct tokens), and the candidates mostly agree.
-            n_d: i64 = 0
-            for i in range(n_act):
-                ti = h._tok(act[i] + k)  # the request stream's or the corpus's (-1 past their ends)
-                if ti == SEP:
-                    continue
-                d: i64 = 0
-                while d < n_d and vt[d] != ti:
-                    d += 1
-                if d == n_d:
-                    vt[d] = ti
-                    vc[d] = 1
-                    n_d += 1
-                else:
-                    vc[d] += 1
+            # The most frequent next token among the candidates; on a tie the newest one's, i.e.
+            # the one whose first (newest) candidate comes first. Counted in an open-addressing
+            # table of at least twice the candidates, whose slots are live only with this round's
+            # stamp (no clearing): O(candidates) where comparing with each distinct token so far
+            # was O(candidates x distinct tokens), the cost of the one-token fallback's 64 votes.
+            h._next_tokens(act, n_act, k, nx)  # the request stream's or the corpus's (-1 past their ends)
+            h.vote_stamp += 1
+            stamp = h.vote_stamp
             best_t = SEP
             best_c: i64 = 0
-            for d in range(n_d):
-                if vc[d] > best_c:
-                    best_c = vc[d]
-                    best_t = vt[d]
+            best_f: i64 = 0
+            for i in range(n_act):
+                ti = nx[i]
+                if ti == SEP:
+                    continue
+                g = ((i64(ti) * VOTE_HASH) >> 16) & vmask  # ti < 2^31: no overflow, interpreted or compiled
+                while vs[g] == stamp and vt[g] != ti:
+                    g = (g + 1) & vmask
+                if vs[g] != stamp:
+                    vs[g] = stamp
+                    vt[g] = ti
+                    vc[g] = 1
+                    vf[g] = i
+                else:
+                    vc[g] += 1
+                cnt = vc[g]
+                if cnt > best_c or (cnt == best_c and vf[g] < best_f):
+                    best_c = cnt
+                    best_t = ti
+                    best_f = vf[g]
             if best_c == 0:
                 break
-            cur: i64 = 0
-            for i in range(n_act):  # the newest followed occurrence with this token
-                if h._tok(act[i] + k) == best_t:
-                    if h.req_start <= act[i] < CORPUS_BASE:  # the corpus is no request
-                        cur = 1
-                    break
+            cur: i64 = 0  # whether the newest followed occurrence with it is this request's (the corpus is none)
+            if h.req_start <= act[best_f] < CORPUS_BASE:
+                cur = 1
             cell = stat_cell(best_c, n_act, best + k, static_class(st, b2, b1, best_t), kind, cur)
             prob = prob * self._estimate(cell)
             if prob < self.threshold:
@@ -965,7 +1025,7 @@ class HybridState:
                 break
             n_kept: i64 = 0
             for i in range(n_act):
-                if h._tok(act[i] + k - 1) == best_t:
+                if nx[i] == best_t:
                     act[n_kept] = act[i]
                     n_kept += 1
             n_act = n_kept
