@@ -15,18 +15,29 @@ llama.cpp times ``t_draft``).
     python -m perf policy                 # both sets, markdown table on stdout
     python -m perf policy --sets wikitext --repeats 5 --json results/policy.json
     python -m perf policy --corpus-history   # adds "hybrid+corpus": the static corpus preloaded in the history
+    python -m perf policy --sets wikitext --corpus-history --trees ../old,. --rounds 4   # two checkouts side by side
 
 ``--corpus-history`` gives the hybrid policy the static index's corpus: a ``SuffixHistory``
 holding it (``add_corpus(ids)``: the corpus file's structure built in memory, the same drafts as
 the file ``create --corpus-out`` writes) before the replay, ``replay(..., policy="hybrid",
 history=...)``; its build time is not timed.
+
+``--trees A,B,...`` compares checkouts (each built in place: ``setup.py build_ext --inplace``)
+side by side: every round runs this script once per tree in a fresh process (this checkout's
+``perf/`` with the tree's ``lookupdec``), the order alternating from round to round (ABBA), and
+the table gives per tree the median over rounds of each process's median. The counts must be
+the same in every tree (the command fails otherwise): a speed change that changes drafts is
+reported, not hidden.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -99,6 +110,61 @@ def run_set(
     return rows
 
 
+COUNTS = ("n_steps", "n_accept", "n_drafted")
+
+
+def compare_trees(trees: Sequence[str], rounds: int, argv: Sequence[str], cache: Path) -> int:
+    """Run this script per tree, interleaved; print per tree and variant the median µs per step."""
+    harness = Path(tempfile.mkdtemp(prefix="lookupdec-policy-harness-"))
+    shutil.copytree(Path(__file__).resolve().parent, harness / "perf", ignore=shutil.ignore_patterns("__pycache__"))
+    results: dict[str, list[list[dict[str, Any]]]] = {t: [] for t in trees}
+    data = data_dir()
+    for r in range(rounds):
+        for tree in trees if r % 2 == 0 else list(reversed(trees)):
+            out = harness / "rows.json"
+            # the data directory as this checkout sees it (the harness copy lives elsewhere)
+            env = {
+                **os.environ,
+                "PYTHONPATH": f"{harness}{os.pathsep}{Path(tree).resolve()}",
+                "LOOKUPDEC_DATA": str(data),
+            }
+            cmd = [sys.executable, "-m", "perf.bench_policy", *argv, "--cache-dir", str(cache), "--json", str(out)]
+            print(f"round {r + 1}/{rounds}: {tree}", file=sys.stderr)
+            done = subprocess.run(cmd, env=env, cwd=harness, stdout=subprocess.DEVNULL, check=False)
+            if done.returncode != 0:
+                print(f"perf policy: {tree} exited with {done.returncode}", file=sys.stderr)
+                return 2
+            results[tree].append(json.loads(out.read_text()))
+    try:
+        lines = summarize(trees, results)
+    except ValueError as e:
+        print(f"perf policy: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return 0
+
+
+def summarize(trees: Sequence[str], results: dict[str, list[list[dict[str, Any]]]]) -> list[str]:
+    """The markdown table of :func:`compare_trees` from each tree's rounds of rows; ValueError when
+    a tree's counts differ from the first tree's (in any round)."""
+    first = results[trees[0]][0]
+    lines = [
+        "| tree | set | policy | tokens/step | µs/step (median of rounds) | per round |",
+        "|---|---|---|---|---|---|",
+    ]
+    for tree in trees:
+        for i, row in enumerate(first):
+            mine = [run[i] for run in results[tree]]
+            if any(tuple(m[k] for k in COUNTS) != tuple(row[k] for k in COUNTS) for m in mine):
+                raise ValueError(f"{tree} {row['set']} {row['policy']}: counts differ from {trees[0]}")
+            per = [m["us_per_step_median"] for m in mine]
+            lines.append(
+                f"| {tree} | {row['set']} | {row['policy']} | {row['tokens_per_step']:.4f} | "
+                f"{statistics.median(per):.2f} | {', '.join(f'{v:.2f}' for v in per)} |"
+            )
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m perf policy", description=__doc__.split("\n\n")[0])
     p.add_argument("--sets", default="wikitext,heldout", help="comma-separated: wikitext, heldout")
@@ -108,7 +174,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--corpus-history", action="store_true", help="also replay with the static corpus preloaded in the history"
     )
+    p.add_argument("--trees", metavar="A,B", help="compare built checkouts side by side (see above)")
+    p.add_argument("--rounds", type=int, default=4, help="with --trees: processes per tree, interleaved (default 4)")
     args = p.parse_args(argv)
+    if args.trees:
+        trees = args.trees.split(",")
+        cache = Path(args.cache_dir) if args.cache_dir else Path(tempfile.mkdtemp(prefix="lookupdec-policy-"))
+        inner = ["--sets", args.sets, "--repeats", str(args.repeats)]
+        if args.corpus_history:
+            inner.append("--corpus-history")
+        return compare_trees(trees, args.rounds, inner, cache)
 
     from lookupdec import fast
 
