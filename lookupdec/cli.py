@@ -800,7 +800,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--corpus-out", metavar="CORPUS_FILE",
         help="also write the hybrid policy's corpus file of the same corpora (their ids and a suffix structure "
-        "over them, about 24 bytes per token; never written by default): give it to 'stats --policy hybrid "
+        "over them, about 32 bytes per token; never written by default): give it to 'stats --policy hybrid "
         "--corpus' or Drafter(policy='hybrid', corpus=PATH), which memory-map it in constant time",
     )  # fmt: skip
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary line")
@@ -845,7 +845,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--corpus", metavar="CORPUS",
         help="hybrid only: a corpus the suffix match follows too, older than every request: a corpus file "
         "(create --corpus-out; memory-mapped, opened in constant time) or a text read like REPLAY, e.g. the "
-        "static index's corpus (then built in memory: the process peaks about 30 bytes per corpus token "
+        "static index's corpus (then built in memory: the process peaks about 46 bytes per corpus token "
         "higher); what Drafter(policy='hybrid', corpus=...) does",
     )  # fmt: skip
     p.add_argument(

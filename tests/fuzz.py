@@ -49,6 +49,10 @@ MEMORY_LIMIT = 8 << 20
 
 CORPUS = [1, 2, 3, 1, 2, 4, 1, 2, 3, 5, 6, 1, 2, 3, 7, 7, 1, 2, 9, -5, 2**31 - 1, 1, 2, 3, 4, 5, 6, 1, 2]
 REPLAY = [t for t in CORPUS if t >= 0] * 3
+CORPUS_REPLAY = REPLAY * 2
+"""The replay of the corpus format: long enough that the bigram (1, 2) has more occurrences in the
+requests' history than the 32 candidates ``stats`` compares, so the trigram search reaches the
+corpus (the trigram section; ``tests/test_fuzz.py`` checks that it reads it)."""
 INT32S = (0, 1, -1, 2, 7, 2**31 - 1, -(2**31), 2**16, 255)
 U64S = (0, 1, 2**31, 2**32, 2**63 - 1, 2**63, 2**64 - 1, 96, 112)
 
@@ -193,7 +197,7 @@ def worker(fmt: str, seed: int, n: int) -> None:
         replay = os.path.join(work, "replay.bin")
         import numpy as np
 
-        np.asarray(REPLAY, dtype="<i4").tofile(replay)
+        np.asarray(CORPUS_REPLAY if fmt == "corpus" else REPLAY, dtype="<i4").tofile(replay)
         path = os.path.join(work, "mutant")
         Path(path).write_bytes(original)
         tracemalloc.start()

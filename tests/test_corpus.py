@@ -1,6 +1,7 @@
 """The hybrid policy's corpus file (issue 13): its layout from docs/formats.md, the same drafts
-mapped, in memory and in the reference, the corpus kept through evictions, and clear errors
-for bad files (truncated, wrong magic or version, sizes that do not add up, corrupt sections)."""
+mapped, in memory and in the reference, the corpus kept through evictions, version 2 files
+(no trigram section) read with the same drafts, and clear errors for bad files (truncated,
+wrong magic or version, sizes that do not add up, corrupt sections)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import lookupdec.reference as ref
 from lookupdec.errors import CacheFormatError, VocabularyError
 from lookupdec.formats.corpus import read_corpus_header, read_corpus_ids
 from lookupdec.reference.hybrid import CORPUS_BASE
-from tests.conftest import fast_impl
+from tests.conftest import DATA, fast_impl
 from tests.test_cli import assert_clean_error, run, write_bin
 from tests.test_hybrid import demo, lockstep
 
@@ -31,9 +32,14 @@ def home_slot(a: int, b: int, bits: int) -> int:
     return ((k * 0x9E3779B97F4A7C15) % 2**64) >> (64 - bits)
 
 
-def corpus_file(tmp_path: Path, ids: list[int], name: str = "c.lkcorpus", **kw: Any) -> Path:
+def corpus_file(tmp_path: Path, ids: list[int], name: str = "c.lkcorpus", version: int = 3, **kw: Any) -> Path:
+    """A corpus file of ``ids`` (version 2: the same without the trigram section)."""
     path = tmp_path / name
-    fast_impl().CorpusIndex.from_tokens(ids, **kw).save(path)
+    if version == 3:
+        fast_impl().CorpusIndex.from_tokens(ids, **kw).save(path)
+    else:
+        fast = fast_impl()
+        path.write_bytes(fast._corpus.corpus_bytes(fast._core.to_vec(ids), version=version, **kw))
     return path
 
 
@@ -42,7 +48,7 @@ def test_layout_follows_the_format(tmp_path: Path) -> None:
     data = corpus_file(tmp_path, IDS, vocab_size=10, vocab_fingerprint=b"abcdefgh").read_bytes()
     f = HEADER.unpack_from(data, 0)
     magic, version, header_size, flags, n_after, n_tokens, n_bigrams, n_slots, n_entries, n_uni = f[:10]
-    assert (magic, version, header_size, flags) == (b"LKDCCRP\x00", 2, 96, 0)
+    assert (magic, version, header_size, flags) == (b"LKDCCRP\x00", 3, 96, 0)
     assert (f[10], f[11], f[12]) == (10, b"abcdefgh", len(data))
     assert n_tokens == len(IDS)
     assert list(struct.unpack_from(f"<{n_tokens}i", data, 96)) == IDS
@@ -85,8 +91,15 @@ def test_layout_follows_the_format(tmp_path: Path) -> None:
     assert [struct.unpack_from("<ii", data, o_uni + 8 * u) for u in range(n_uni)] == firsts
     o_after = o_uni + 8 * n_uni
     assert list(struct.unpack_from(f"<{n_after}i", data, o_after)) == flat
-    assert (o_after + 4 * n_after + 7) // 8 * 8 == len(data)
-    assert data[o_after + 4 * n_after :] == bytes(4)  # 13 positions: padded by one zero word
+    o_tri = (o_after + 4 * n_after + 7) // 8 * 8
+    assert data[o_after + 4 * n_after : o_tri] == bytes(4)  # 13 positions: padded by one zero word
+    # the trigram section: each bigram's run again (the same places), by token before ascending,
+    # then newest first
+    pre = {i: IDS[i - 3] if i >= 3 else -1 for i in indexed}
+    trigrams = [struct.unpack_from("<ii", data, o_tri + 8 * g) for g in range(n_entries)]
+    assert trigrams == [(i, pre[i]) for bg in order for i in sorted(runs[bg], key=lambda i: (pre[i], -i))]
+    assert trigrams != entries  # (7, 8) at 12, 8, 3, with -1, 6, 5 before it: 12, 3, 8
+    assert o_tri + 8 * n_entries == len(data)
 
 
 def test_open_mapped_and_in_memory_hold_the_same_file(tmp_path: Path) -> None:
@@ -232,19 +245,26 @@ def test_requests_occurrences_come_before_the_corpus(tmp_path: Path) -> None:
         assert list(s.propose([5, 7], 1, impl.NgramCache(), impl.NgramCache())) == [2], (impl.__name__, form)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     tokens=st.lists(st.integers(0, 3), min_size=2, max_size=200),
     corpus=st.lists(st.integers(-1, 5), min_size=0, max_size=400),
     chunk=st.integers(2, 60),
     max_candidates=st.integers(1, 6),
+    version=st.sampled_from([3, 3, 2]),
 )
 def test_lockstep_corpus_deep_and_unigram_searches(
-    tmp_path_factory: pytest.TempPathFactory, tokens: list[int], corpus: list[int], chunk: int, max_candidates: int
+    tmp_path_factory: pytest.TempPathFactory,
+    tokens: list[int],
+    corpus: list[int],
+    chunk: int,
+    max_candidates: int,
+    version: int,
 ) -> None:
     # few candidates and a small alphabet: common bigrams (the trigram search runs into the
-    # corpus) and tokens unseen in the request whose corpus occurrences vote
-    path = corpus_file(tmp_path_factory.mktemp("c"), corpus)
+    # corpus: the trigram section, or in version 2 the bigram's run) and tokens unseen in the
+    # request whose corpus occurrences vote
+    path = corpus_file(tmp_path_factory.mktemp("c"), corpus, version=version)
     lockstep(tokens, 8, chunk, 10_000, None, corpus=str(path), max_candidates=max_candidates)
 
 
@@ -327,7 +347,8 @@ OPEN_ERRORS = [
     ("extended", lambda d: d.extend(b"\x00" * 8), "file_size"),
     ("wrong magic", lambda d: d.__setitem__(slice(0, 8), b"LKDCIDX\x00"), "not a lookupdec corpus file"),
     ("version 1", lambda d: struct.pack_into("<I", d, 8, 1), "version 1 is not supported"),
-    ("wrong version", lambda d: struct.pack_into("<I", d, 8, 3), "version 3 is not supported"),
+    ("wrong version", lambda d: struct.pack_into("<I", d, 8, 4), "version 4 is not supported"),
+    ("version 2 of a version 3 file", lambda d: struct.pack_into("<I", d, 8, 2), "bytes in version 2"),
     ("header size", lambda d: struct.pack_into("<I", d, 12, 64), "header_size"),
     ("n_tokens", lambda d: struct.pack_into("<Q", d, 24, 2**40), "n_tokens"),
     ("n_slots", lambda d: struct.pack_into("<Q", d, 40, 12), "n_slots"),
@@ -387,6 +408,13 @@ def after_offsets(data: bytearray) -> list[int]:
     return [o_after + 4 * g for g in range(n_after)]
 
 
+def trigram_offsets(data: bytearray) -> list[int]:
+    """Byte offsets of the trigram section's entries (version 3)."""
+    n_entries: int = struct.unpack_from("<Q", data, 48)[0]
+    o_tri = (after_offsets(data)[-1] + 4 + 7) // 8 * 8
+    return [o_tri + 8 * g for g in range(n_entries)]
+
+
 LOOKUP_ERRORS = [
     ("run outside the entries", lambda d: set_words(d, [o + 8 for o in used_slots(d)], 10**6), "outside the"),
     ("negative run", lambda d: set_words(d, [o + 12 for o in used_slots(d)], -3), "outside the"),
@@ -442,27 +470,115 @@ def test_negative_ids_are_refused() -> None:
 
 
 def test_every_word_of_the_body_refused_or_drafted(tmp_path: Path) -> None:
-    """Every 4-byte word after the header set to 0, -1 and 2^31-1, one at a time: the fast path
-    (which reads the structure) refuses with a CacheFormatError naming the file or drafts; so does
-    the reference for the words of the ids (all it reads). Never another exception, never a crash."""
+    """Every 4-byte word after the header set to 0, -1 and 2^31-1, one at a time, in a version 3
+    file and a version 2 one: the fast path (which reads the structure) refuses with a
+    CacheFormatError naming the file or drafts; so does the reference for the words of the ids
+    (all it reads). Never another exception, never a crash. Drafting is a replay and
+    :func:`deep_drafts` (one candidate: the trigram search reads the trigram section, or scans
+    the run in version 2)."""
     fast = fast_impl()
-    path = corpus_file(tmp_path, [*IDS, 2, 3, 1, 5, 7, 8, 1])
-    original = path.read_bytes()
+    v3 = corpus_file(tmp_path, [*IDS, 2, 3, 1, 5, 7, 8, 1])
     text = [t for t in IDS if t >= 0] * 3 + [0]
     bad = tmp_path / "w.lkcorpus"
-    outcomes = set()
-    for off in range(96, len(original), 4):
-        for value in (0, -1, 2**31 - 1):
-            data = bytearray(original)
-            struct.pack_into("<i", data, off, value)
-            bad.write_bytes(bytes(data))
-            for impl in (fast, ref) if off < 96 + 4 * 23 else (fast,):  # the reference reads the ids only
-                h = impl.SuffixHistory()
-                try:
-                    h.add_corpus(str(bad))
-                    impl.replay(text, 8, 4, None, None, None, "hybrid", h)
-                    outcomes.add("drafted")
-                except CacheFormatError as e:
-                    assert e.path == str(bad)
-                    outcomes.add("refused")
-    assert outcomes == {"drafted", "refused"}
+    for path, n_ids in ((v3, 23), (V2_FILE, len(V2_IDS))):
+        original = path.read_bytes()
+        outcomes = set()
+        for off in range(96, len(original), 4):
+            for value in (0, -1, 2**31 - 1):
+                data = bytearray(original)
+                struct.pack_into("<i", data, off, value)
+                bad.write_bytes(bytes(data))
+                for impl in (fast, ref) if off < 96 + 4 * n_ids else (fast,):  # the reference reads the ids only
+                    h = impl.SuffixHistory()
+                    try:
+                        h.add_corpus(str(bad))
+                        impl.replay(text, 8, 4, None, None, None, "hybrid", h)
+                        deep_drafts(impl, str(bad))
+                        outcomes.add("drafted")
+                    except CacheFormatError as e:
+                        assert e.path == str(bad)
+                        outcomes.add("refused")
+        assert outcomes == {"drafted", "refused"}, path.name
+
+
+# --- the trigram section (version 3) and version 2 files ----------------------------------
+
+
+def deep_drafts(impl: Any, corpus: Any, max_candidates: int = 1) -> list[list[int]]:
+    """Proposals along an earlier request and IDS's text with few candidates, so that the trigram
+    search runs into the corpus both after some of a bigram's run (the corpus's bigram
+    occurrences fill the candidates) and before any (the earlier request's fill them)."""
+    s = impl.HybridState(history_with(impl, "file", corpus), 0.02, max_candidates, 0)
+    empty = impl.NgramCache()
+    s.begin_request()
+    s.propose([7, 8, 4, 7, 8, 2, 7, 8], 0, empty, empty)
+    s.begin_request()
+    text = [t for t in IDS if t >= 0] * 2
+    return [list(s.propose(text[:i], 2, empty, empty)) for i in range(3, len(text))]
+
+
+TRIGRAM_ERRORS = [
+    ("position below 3", 2, "trigram entry"),
+    ("position past the ids", 10**6, "trigram entry"),
+    ("negative position", -5, "trigram entry"),
+]
+
+
+@pytest.mark.parametrize(("what", "value", "needle"), TRIGRAM_ERRORS, ids=[e[0] for e in TRIGRAM_ERRORS])
+def test_corrupt_trigram_section_is_a_clear_error(tmp_path: Path, what: str, value: int, needle: str) -> None:
+    """Every trigram entry's position set out of range: opened, then refused where the trigram
+    search takes one (the earlier request's occurrences fill the candidates: it takes them all)."""
+    fast = fast_impl()
+    bad = corrupt(tmp_path, lambda d: set_words(d, trigram_offsets(d), value))
+    with pytest.raises(CacheFormatError, match=needle) as e:
+        deep_drafts(fast, str(bad))
+    assert e.value.path == str(bad)
+    with pytest.raises(CacheFormatError, match="checksum"):
+        fast.CorpusIndex.open(bad).verify()
+    assert deep_drafts(ref, str(bad)) == deep_drafts(ref, str(corpus_file(tmp_path, IDS)))  # ids only
+
+
+def test_verify_finds_a_trigram_section_out_of_order(tmp_path: Path) -> None:
+    import hashlib
+
+    def swap(d: bytearray) -> None:
+        o = trigram_offsets(d)[0]
+        d[o : o + 8], d[o + 8 : o + 16] = d[o + 8 : o + 16], d[o : o + 8]
+        d[88:96] = hashlib.blake2b(bytes(d[96:]), digest_size=8).digest()
+
+    with pytest.raises(CacheFormatError, match="trigram section differ"):
+        fast_impl().CorpusIndex.open(corrupt(tmp_path, swap)).verify()
+
+
+V2_FILE = DATA / "corpus-v2.lkcorpus"
+"""A version 2 file written by main's writer before version 3 (commit b85b5ed): ``DEEP``, -1,
+``IDS``, vocab_size 10, fingerprint ``v2-file!``."""
+V2_IDS = [*DEEP, -1, *IDS]
+
+
+def test_version_2_file_opens_and_verifies() -> None:
+    fast = fast_impl()
+    assert read_corpus_header(V2_FILE).version == 2 and read_corpus_ids(V2_FILE) == V2_IDS
+    for in_memory in (False, True):
+        with fast.CorpusIndex.open(V2_FILE, in_memory=in_memory) as c:
+            assert (c.version, c.tokens(), c.vocab_size, c.vocab_fingerprint) == (2, V2_IDS, 10, b"v2-file!")
+            c.verify()
+    # this tree's version 2 writer gives that file's bytes; version 3 adds the trigram section
+    assert fast._corpus.corpus_bytes(fast._core.to_vec(V2_IDS), 10, b"v2-file!", 2) == V2_FILE.read_bytes()
+    v3 = fast.CorpusIndex.from_tokens(V2_IDS, 10, b"v2-file!").to_bytes()
+    assert v3[96 : V2_FILE.stat().st_size] == V2_FILE.read_bytes()[96:]
+    assert len(v3) == V2_FILE.stat().st_size + 8 * read_corpus_header(V2_FILE).n_entries
+
+
+def test_version_2_and_3_files_draft_the_same(tmp_path: Path) -> None:
+    """The trigram search through the trigram section (version 3) and by scanning the run
+    (version 2, main's file), against the reference, with few candidates."""
+    v3 = corpus_file(tmp_path, V2_IDS, vocab_size=10, vocab_fingerprint=b"v2-file!")
+    for max_candidates in (1, 2, 3):
+        want = deep_drafts(ref, V2_IDS, max_candidates)
+        for impl in (fast_impl(), ref):
+            for path in (V2_FILE, v3):
+                assert deep_drafts(impl, str(path), max_candidates) == want, (impl.__name__, path.name)
+    v2 = corpus_file(tmp_path, DEEP, "deep-v2.lkcorpus", version=2)
+    for impl in (fast_impl(), ref):  # the hand-worked deep search, version 2
+        assert first_token(impl, "file", str(v2), [1, 2, 3], 2) == [9], impl.__name__

@@ -62,6 +62,32 @@ def test_seeds_are_small_and_valid(tmp_path: object) -> None:
             assert formats.inspect_file(path, verify=fmt != "fork-v1")["n_keys"] > 0
 
 
+def test_corpus_seed_replay_reads_the_trigram_section(tmp_path: object) -> None:
+    """The corpus format's stats run reaches the trigram search's corpus part: with the seed's
+    trigram section's positions all set to 2 (below 3), the fast path refuses it, the reference
+    (which reads only the ids) drafts."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from tests.test_corpus import set_words, trigram_offsets
+
+    work = Path(str(tmp_path))
+    fuzz.make_seed("corpus", work / "seed")
+    data = bytearray((work / "seed").read_bytes())
+    set_words(data, trigram_offsets(data), 2)
+    (work / "mutant").write_bytes(bytes(data))
+    replay = str(work / "replay.bin")
+    np.asarray(fuzz.CORPUS_REPLAY, dtype="<i4").tofile(replay)
+    kinds = {}
+    for name, runs in fuzz.entries(str(work / "mutant"), replay, str(work), "corpus"):
+        ((argv, _),) = runs
+        kind, value, _ = fuzz.run_cli(argv)
+        kinds[name] = (kind, value)
+    assert kinds["stats --corpus (fast)"][0] == "error" and "trigram entry" in kinds["stats --corpus (fast)"][1]
+    assert kinds["stats --corpus (reference)"][0] == "ok"
+
+
 def test_memory_limit_is_measured(monkeypatch: pytest.MonkeyPatch) -> None:
     """run_cli reports what an entry point allocates: a 16 MB allocation is seen as a blow-up."""
     import tracemalloc

@@ -4,8 +4,10 @@ Compiled by mypyc with :mod:`lookupdec.fast._hybrid` (see ``setup.py``). A
 :class:`CorpusIndex` is the corpus part of a ``SuffixHistory``: the corpus's token ids, its
 indexed positions grouped by bigram (a contiguous run per bigram, newest first, each entry
 holding the position and the token before its bigram, so that most comparisons never leave
-the run), an open-addressing slot table over the bigrams, and per token its occurrences
-(newest first, a run per token). :meth:`CorpusIndex.open` maps a file in O(1) (the mapping seen as one ``bytes``,
+the run), an open-addressing slot table over the bigrams, per token its occurrences
+(newest first, a run per token), and each bigram's run again in trigram order (by the token
+before, then newest first: a trigram's occurrences are a range found by binary search).
+:meth:`CorpusIndex.open` maps a file in O(1) (the mapping seen as one ``bytes``,
 :mod:`lookupdec.fast._mapbytes`, which compiled code reads natively with
 ``librt.strings.read_i32_le``); :meth:`CorpusIndex.from_tokens` builds the same bytes in
 memory (what ``add_corpus(ids)`` uses), :meth:`CorpusIndex.save` writes them.
@@ -36,6 +38,9 @@ HEADER_SIZE: Final[i64] = 96
 SLOT_SIZE: Final[i64] = 16
 ENTRY_SIZE: Final[i64] = 8
 UNIGRAM_SIZE: Final[i64] = 8
+OLDER_THAN_ALL: Final[i64] = 1 << 40
+"""A bound above every position (a constant: mypyc emits ``i64(1) << 40`` in a function as a C
+``1 << 40`` on int, which overflows)."""
 
 
 def slot_bits(n_slots: i64) -> i64:
@@ -90,17 +95,22 @@ def slots_for(keys: vec[i64], size: i64) -> vec[i32]:
     return ns
 
 
-def corpus_bytes(ids: vec[i32], vocab_size: int = 0, vocab_fingerprint: bytes = bytes(8)) -> bytes:
-    """The corpus file of ``ids`` (-1 between documents): header, ids, slots, entries, unigrams, after.
+def corpus_bytes(ids: vec[i32], vocab_size: int = 0, vocab_fingerprint: bytes = bytes(8), version: int = 3) -> bytes:
+    """The corpus file of ``ids`` (-1 between documents): header, ids, slots, entries, unigrams,
+    after, trigrams (``version`` 2: without the trigram section, for tests and ``verify``).
 
     Bigrams are numbered in the order of their first indexed position; a position ``i`` is
     indexed when ``ids[i-2]``, ``ids[i-1]``, ``ids[i]`` are tokens (not -1). Bigram ``k``'s
     run holds its positions newest first; the slot table places the bigrams in that order,
     each at the first free slot from its home ``static_slot`` (linear probing); unigram
     records are ascending by token, each with the first index of its token's run in the after
-    section (its positions newest first). So the bytes depend on the ids only.
+    section (its positions newest first); the trigram section holds each run's entries again,
+    by token before ascending, then newest first. So the bytes depend on the ids only.
     """
-    from lookupdec.formats.corpus import CORPUS_HEADER, CORPUS_VERSION, MAGIC_CORPUS, min_slots
+    from lookupdec.formats.corpus import CORPUS_HEADER, MAGIC_CORPUS, READABLE_VERSIONS, min_slots
+
+    if version not in READABLE_VERSIONS:
+        raise ValueError(f"corpus file version {version} cannot be written (only 2 or 3)")
 
     n = i64(len(ids))
     for j in range(n):
@@ -177,6 +187,9 @@ def corpus_bytes(ids: vec[i32], vocab_size: int = 0, vocab_fingerprint: bytes = 
             after[i64(ufill[u])] = i32(i)
             ufill[u] += 1
         i -= 1
+    tri = vec[i32]()
+    if version >= 3:
+        tri = trigram_order(ids, run, kids, starts, unis, order)
     w8 = BytesWriter()
     for j in range(n):
         write_i32_le(w8, ids[j])
@@ -191,13 +204,7 @@ def corpus_bytes(ids: vec[i32], vocab_size: int = 0, vocab_fingerprint: bytes = 
             write_i64_le(w8, bigrams.keys[k])
             write_i32_le(w8, starts[k])
             write_i32_le(w8, counts[k])
-    for g in range(total):
-        p = i64(run[g])
-        write_i32_le(w8, i32(p))
-        pre = SEP  # an if statement: a conditional expression on native ints is boxed
-        if p >= 3:
-            pre = ids[p - 3]
-        write_i32_le(w8, pre)
+    write_entries(w8, ids, run)
     for t, uo in order:
         write_i32_le(w8, i32(t))
         write_i32_le(w8, ustart[i64(uo)])
@@ -205,12 +212,71 @@ def corpus_bytes(ids: vec[i32], vocab_size: int = 0, vocab_fingerprint: bytes = 
         write_i32_le(w8, after[g])
     if n_after % 2 == 1:
         write_i32_le(w8, 0)  # pads the after section to a multiple of 8 bytes
+    write_entries(w8, ids, tri)
     body = w8.getvalue()
     header = CORPUS_HEADER.pack(
-        MAGIC_CORPUS, CORPUS_VERSION, HEADER_SIZE, 0, n_after, n, n_bigrams, n_slots, total, n_uni,
+        MAGIC_CORPUS, version, HEADER_SIZE, 0, n_after, n, n_bigrams, n_slots, total, n_uni,
         vocab_size, vocab_fingerprint, HEADER_SIZE + len(body), hashlib.blake2b(body, digest_size=8).digest(),
     )  # fmt: skip
     return header + body
+
+
+def write_entries(w8: BytesWriter, ids: vec[i32], positions: vec[i32]) -> None:
+    """Write an entry per position ``p``: ``p`` and ``ids[p-3]`` (-1 when ``p < 3``)."""
+    for g in range(len(positions)):
+        p = i64(positions[g])
+        write_i32_le(w8, i32(p))
+        pre = SEP  # an if statement: a conditional expression on native ints is boxed
+        if p >= 3:
+            pre = ids[p - 3]
+        write_i32_le(w8, pre)
+
+
+def trigram_order(
+    ids: vec[i32], run: vec[i32], kids: vec[i32], starts: vec[i32], unis: _Keys, order: list[tuple[int, int]]
+) -> vec[i32]:
+    """The trigram section's positions: each bigram's run (``run``, bigram ``k``'s from
+    ``starts[k]``, newest first; ``kids[p]`` is position ``p``'s bigram) ordered by the token
+    before (``ids[p-3]``, -1 first) ascending, then newest first.
+
+    Two stable counting passes, O(n): the entries in run order by the rank of their token before
+    (-1 is rank 0; a token ``t`` its place in ``order``, the ascending tokens of ``unis``, plus 1:
+    a token before an indexed position is followed by a token, so it has a unigram record), then
+    each into its run, which keeps them by token before and, within one, newest first.
+    """
+    total = i64(len(run))
+    n_uni = i64(len(order))
+    urank = filled_i32(n_uni, 0)
+    for r in range(n_uni):
+        urank[i64(order[r][1])] = i32(r + 1)
+    rank = filled_i32(total, 0)
+    bucket = filled_i32(n_uni + 2, 0)
+    for g in range(total):
+        p = i64(run[g])
+        rk: i64 = 0
+        if p >= 3:
+            t = ids[p - 3]
+            if t != SEP:
+                rk = i64(urank[unis.intern(pack(t, t))])
+        rank[g] = i32(rk)
+        bucket[rk + 1] += 1
+    for r in range(n_uni + 1):
+        bucket[r + 1] += bucket[r]
+    by_rank = filled_i32(total, 0)
+    for g in range(total):
+        rk = i64(rank[g])
+        by_rank[i64(bucket[rk])] = run[g]
+        bucket[rk] += 1
+    fill = filled_i32(i64(len(starts)), 0)
+    for k in range(len(starts)):
+        fill[k] = starts[k]
+    tri = filled_i32(total, 0)
+    for j in range(total):
+        p = i64(by_rank[j])
+        k = i64(kids[p])
+        tri[i64(fill[k])] = i32(p)
+        fill[k] += 1
+    return tri
 
 
 class CorpusIndex:
@@ -230,6 +296,7 @@ class CorpusIndex:
     n_entries: i64
     n_unigrams: i64
     n_after: i64
+    version: int
     vocab_size: int
     vocab_fingerprint: bytes
     _buf: bytes
@@ -239,6 +306,7 @@ class CorpusIndex:
     _o_entries: i64
     _o_unigrams: i64
     _o_after: i64
+    _o_trigrams: i64
 
     def __init__(self, path: str, data: bytes, view: MappedBytes | None = None) -> None:
         """Use :meth:`open`, :meth:`from_tokens` or :meth:`from_bytes` instead."""
@@ -255,6 +323,7 @@ class CorpusIndex:
         self.n_entries = h.n_entries
         self.n_unigrams = h.n_unigrams
         self.n_after = h.n_after
+        self.version = h.version
         self.vocab_size = h.vocab_size
         self.vocab_fingerprint = bytes(h.vocab_fingerprint)
         self._bits = slot_bits(h.n_slots)
@@ -262,6 +331,7 @@ class CorpusIndex:
         self._o_entries = h.entries_offset
         self._o_unigrams = h.unigrams_offset
         self._o_after = h.after_offset
+        self._o_trigrams = h.trigrams_offset if h.has_trigrams else -1
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, in_memory: bool = False) -> CorpusIndex:
@@ -321,7 +391,10 @@ class CorpusIndex:
 
     def __repr__(self) -> str:
         mode = "in-memory" if self.in_memory else "mmap"
-        return f"<fast.CorpusIndex {self.path!r} {mode} tokens={self.n_tokens} bigrams={self.n_bigrams}>"
+        return (
+            f"<fast.CorpusIndex {self.path!r} {mode} version={self.version} "
+            f"tokens={self.n_tokens} bigrams={self.n_bigrams}>"
+        )
 
     def verify(self) -> None:
         """The full check: checksum, and every section equal to what the ids give; O(n_tokens)."""
@@ -335,11 +408,13 @@ class CorpusIndex:
         for i in range(self.n_tokens):
             ids = append(ids, read_i32_le(self._buf, HEADER_SIZE + 4 * i))
         try:
-            want = corpus_bytes(ids, self.vocab_size, self.vocab_fingerprint)
+            want = corpus_bytes(ids, self.vocab_size, self.vocab_fingerprint, self.version)
         except ValueError as e:
             raise CacheFormatError(self.path, str(e)) from None
         if want[HEADER_SIZE:] != body:
-            raise CacheFormatError(self.path, "slots, entries, unigrams or after section differ from what the ids give")
+            raise CacheFormatError(
+                self.path, "slots, entries, unigrams, after or trigram section differ from what the ids give"
+            )
 
     def close(self) -> None:
         """Release the mapping (an in-memory corpus drops its buffer); it is then empty."""
@@ -402,6 +477,40 @@ class CorpusIndex:
 
     def _bad_entry(self, g: i64) -> CacheFormatError:
         return self._corrupt(f"entry {g}: position outside 2..n_tokens - 1", self._o_entries + ENTRY_SIZE * g)
+
+    def _bad_deep(self, g: i64) -> CacheFormatError:
+        """The error for entry ``g`` of a trigram search (of the trigram section; version 2: of the entries)."""
+        if self._o_trigrams < 0:
+            return self._bad_entry(g)
+        return self._corrupt(f"trigram entry {g}: position outside 3..n_tokens - 1", self._o_trigrams + ENTRY_SIZE * g)
+
+    def _trigram_first(self, start: i64, count: i64, taken: i64, t3: i32) -> i64:
+        """The first index in the trigram section of the trigram ``(t3, a, b)``'s occurrences older
+        than the first ``taken`` entries of the bigram ``(a, b)``'s run (``start``, ``count``, as
+        :meth:`_run` checked them; ``0 <= taken < count``): they follow it up to the first entry
+        whose token before is not ``t3`` or the run's end, newest first. A version 3 file only.
+
+        The run's entries are newest (largest position) first, so those after the first ``taken``
+        are the ones older than the last taken; the trigram run is ordered by (token before
+        ascending, position descending), and a binary search finds the first entry not before
+        ``(t3, that position)``. Every index read stays inside the run, whatever the file holds.
+        """
+        buf = self._buf
+        bound = OLDER_THAN_ALL  # taken == 0: every position is older (even a corrupt one, then refused)
+        if taken > 0:
+            bound = i64(read_i32_le(buf, self._o_entries + ENTRY_SIZE * (start + taken - 1)))
+        o = self._o_trigrams
+        lo = start
+        hi = start + count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = o + ENTRY_SIZE * mid
+            pre = read_i32_le(buf, e + 4)
+            if pre < t3 or (pre == t3 and i64(read_i32_le(buf, e)) >= bound):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
 
     def _after_run(self, t: i32) -> tuple[i64, i64]:
         """(first index, number) of the after section's run of token ``t``: the positions ``i``

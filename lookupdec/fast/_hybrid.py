@@ -683,17 +683,28 @@ class SuffixHistory:
         if c is None or off < 0 or m >= DEEP_CANDIDATES:
             return n, best_len
         # The corpus's trigram occurrences are the entries of the bigram's run (newest first) whose
-        # token before is t3: scanned, as the file has no per-trigram runs.
+        # token before is t3, after the first `taken`.
         start, count = c._run(off)
+        if taken >= count:
+            return n, best_len
         buf = c._buf
         n_tokens = c.n_tokens
-        e = c._o_entries + 8 * (start + taken)
-        for g in range(taken, count):
-            pre = read_i32_le(buf, e + 4)
-            if pre == t3:
+        end = start + count
+        scan = c._o_trigrams < 0
+        if scan:
+            # A version 2 file has no per-trigram runs: the run is scanned.
+            g = start + taken
+            e = c._o_entries + 8 * g
+        else:
+            # Version 3: they are a range of the bigram's run in the trigram section (by token
+            # before, then newest first), from the first one older than the last entry taken.
+            g = c._trigram_first(start, count, taken, t3)
+            e = c._o_trigrams + 8 * g
+        while g < end and m < DEEP_CANDIDATES:
+            if read_i32_le(buf, e + 4) == t3:
                 pos = i64(read_i32_le(buf, e))
                 if pos < 3 or pos >= n_tokens:
-                    raise c._bad_entry(start + g)
+                    raise c._bad_deep(g)
                 length = self._corpus_match_back(buf, pos)
                 self.cand_p[n] = CORPUS_BASE + pos
                 self.cand_len[n] = length
@@ -701,8 +712,9 @@ class SuffixHistory:
                 m += 1
                 if length > best_len:
                     best_len = length
-                if m >= DEEP_CANDIDATES:
-                    break
+            elif not scan:
+                break  # the trigram's range ended
+            g += 1
             e += 8
         return n, best_len
 

@@ -3,7 +3,8 @@
 A corpus file (docs/formats.md, "The corpus file") holds a corpus's token ids together with
 the suffix structure the hybrid policy matches in: the corpus's indexed positions grouped by
 bigram, newest first, each with the token before its bigram, behind an open-addressing slot
-table, and, per token, its occurrences newest first (the one-token fallback). The fast path maps it
+table, per token, its occurrences newest first (the one-token fallback), and (version 3) each
+bigram's run again in trigram order (the deep search's per-trigram runs). The fast path maps it
 and reads it in place (``lookupdec.fast._corpus``); the reference reads the ids
 (:func:`read_corpus_ids`) into its own readable model. Both open it through
 :func:`corpus_header`, so a file one of them opens the other opens too.
@@ -23,15 +24,19 @@ from lookupdec.formats.detect import INT32_MAX, open_regular
 
 MAGIC_CORPUS: Final = b"LKDCCRP\x00"
 """The first 8 bytes of a corpus file."""
-CORPUS_VERSION: Final = 2
-"""The version of the corpus file this module reads and lookupdec writes (2: per-token runs of
+CORPUS_VERSION: Final = 3
+"""The version of the corpus file lookupdec writes (3: the trigram section; 2: per-token runs of
 occurrences; version 1 held each token's newest occurrence only)."""
+READABLE_VERSIONS: Final = (2, 3)
+"""The versions this module reads: a version 2 file (no trigram section) is read as it is, the
+fast path's trigram search then scanning the bigram's run (slower, the same drafts)."""
 CORPUS_HEADER_SIZE: Final = 96
 CORPUS_HEADER: Final = struct.Struct("<8sIIIIQQQQQQ8sQ8s")
 SLOT_SIZE: Final = 16
 """A slot: the bigram (i64, first token in the high half), its run's first entry and length (i32 each)."""
 ENTRY_SIZE: Final = 8
-"""An entry: a position (i32) and the token three places before it (i32, -1 before the start)."""
+"""An entry: a position (i32) and the token three places before it (i32, -1 before the start);
+the trigram section's entries are the same records in another order."""
 UNIGRAM_SIZE: Final = 8
 """A unigram record: a token (i32) and the first index of its run in the after section (i32)."""
 
@@ -95,9 +100,21 @@ class CorpusHeader:
         return self.unigrams_offset + UNIGRAM_SIZE * self.n_unigrams
 
     @property
+    def trigrams_offset(self) -> int:
+        """Byte offset of the trigram section (version 3; in version 2 the file ends there)."""
+        return align8(self.after_offset + 4 * self.n_after)
+
+    @property
+    def has_trigrams(self) -> bool:
+        """Whether the file has the trigram section (version 3 and later)."""
+        return self.version >= 3
+
+    @property
     def end(self) -> int:
         """The file size the fields imply."""
-        return align8(self.after_offset + 4 * self.n_after)
+        if self.has_trigrams:
+            return self.trigrams_offset + ENTRY_SIZE * self.n_entries
+        return self.trigrams_offset
 
 
 def is_corpus_file(path: str | os.PathLike[str]) -> bool:
@@ -125,11 +142,10 @@ def corpus_header(path: str | os.PathLike[str], head: Any, real_size: int) -> Co
     if f[0] != MAGIC_CORPUS:
         raise CacheFormatError(path, f"not a lookupdec corpus file (magic {f[0]!r})", 0)
     h = CorpusHeader(*f[1:])
-    if h.version != CORPUS_VERSION:
+    if h.version not in READABLE_VERSIONS:
         hint = ": rebuild it with lookupdec create --corpus-out" if h.version < CORPUS_VERSION else ""
-        raise CacheFormatError(
-            path, f"corpus file version {h.version} is not supported (only {CORPUS_VERSION}){hint}", 8
-        )
+        readable = " and ".join(map(str, READABLE_VERSIONS))
+        raise CacheFormatError(path, f"corpus file version {h.version} is not supported (only {readable}){hint}", 8)
     if h.header_size != CORPUS_HEADER_SIZE:
         raise CacheFormatError(path, f"header_size is {h.header_size}, expected {CORPUS_HEADER_SIZE}", 12)
     if h.flags != 0:
@@ -158,7 +174,8 @@ def corpus_header(path: str | os.PathLike[str], head: Any, real_size: int) -> Co
         raise CacheFormatError(
             path,
             f"n_tokens = {h.n_tokens}, n_slots = {h.n_slots}, n_entries = {h.n_entries}, "
-            f"n_unigrams = {h.n_unigrams}, n_after = {h.n_after} need {h.end} bytes, the file has {real_size}",
+            f"n_unigrams = {h.n_unigrams}, n_after = {h.n_after} need {h.end} bytes "
+            f"in version {h.version}, the file has {real_size}",
         )
     return h
 
