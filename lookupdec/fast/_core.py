@@ -433,6 +433,7 @@ class NgramCache(StaticSource):
     _pcount: i64
     _stale: bool
     _st_kid: i64
+    _touch: i64
 
     def __init__(self) -> None:
         self._reset()
@@ -460,6 +461,7 @@ class NgramCache(StaticSource):
         self._pcount = 0
         self._stale = False
         self._st_kid = -1
+        self._touch = 0
 
     # --- native internals ------------------------------------------------------------
 
@@ -1224,6 +1226,20 @@ def copy_i32(v: vec[i32]) -> vec[i32]:
 # --- drafting (spec 3, 4, 5, 9, 10) ----------------------------------------------------
 
 
+TOUCH_MIN_KEYS: Final[i64] = 1 << 15
+"""From this many keys on, ``try_primary`` reads its probes' slots ahead (a smaller cache stays in
+the CPU's caches, where the extra pass would only cost)."""
+
+
+def ngram_words(seq: vec[i32], p: i64, n: i64) -> tuple[i64, i64]:
+    """The packed key of the ``n``-gram at ``seq[p:p+n]`` (padded with -1 to four tokens)."""
+    t0 = seq[p]
+    t1 = seq[p + 1] if n > 1 else NULL32
+    t2 = seq[p + 2] if n > 2 else NULL32
+    t3 = seq[p + 3] if n > 3 else NULL32
+    return pack(t0, t1), pack(t2, t3)
+
+
 def try_primary(
     c: NgramCache,
     seq: vec[i32],
@@ -1244,6 +1260,22 @@ def try_primary(
         return NULL32
     pos = i64(len(seq))
     top = nmax - nmin
+    if i64(len(c._k0)) >= TOUCH_MIN_KEYS and not c._stale:
+        # Each n-gram's slot, and the key it holds, read ahead in a pass that branches on none
+        # of the keys: in a big cache (the dynamic one) every probe is a cache miss, and this
+        # way they overlap, where the loop below waited for each n-gram's before the next.
+        slots = c._slots
+        k0 = c._k0
+        mask = c._smask
+        sink: i64 = 0
+        for k in range(top + 1):
+            n = nmin + top - k
+            if n <= avail:
+                w0, w1 = ngram_words(seq, pos - n, n)
+                s = i64(slots[key_hash(w0, w1) & mask])
+                if s >= 0:
+                    sink ^= k0[s]
+        c._touch = sink  # kept, so the compiler keeps the reads
     # The reference's ``for i in range(top, -1, -1)``, longest n-gram first. mypyc compiles a
     # range with a negative step through tagged Python ints (CPyTagged_* calls in the generated
     # C) but one with the default step on i64 natively, hence the count up and ``top - k``.
@@ -1252,12 +1284,8 @@ def try_primary(
         n = nmin + i
         if n > avail:  # spec 9: the n-gram would start before position 0
             continue
-        p = pos - n
-        t0 = seq[p]
-        t1 = seq[p + 1] if n > 1 else NULL32
-        t2 = seq[p + 2] if n > 2 else NULL32
-        t3 = seq[p + 3] if n > 3 else NULL32
-        kid = c._find(pack(t0, t1), pack(t2, t3))
+        w0, w1 = ngram_words(seq, pos - n, n)
+        kid = c._find(w0, w1)
         if kid < 0:
             continue
         total = i64(c._sum[kid])
