@@ -32,7 +32,7 @@ A corpus (:meth:`SuffixHistory.add_corpus`) is held apart, as a
 :class:`~lookupdec.fast._corpus.CorpusIndex` (a corpus file, mapped or built in memory):
 older than every request, never evicted, and closed at both ends (matches and
 continuations stop at its start and end). Candidate positions ``>= CORPUS_BASE`` are its
-ids' positions plus :data:`CORPUS_BASE`; :meth:`SuffixHistory._tok` reads either part. They
+ids' positions plus :data:`CORPUS_BASE`; :meth:`SuffixHistory._next_tokens` reads either part. They
 are no request's (the current-request statistic leaves them out) and are walked after the
 requests' occurrences: the bigram's run, the trigram's (the run's entries whose token
 before is the trigram's first) and the last token's occurrences.
@@ -290,19 +290,9 @@ class SuffixHistory:
         head = [] if c is None else [-1, *c.tokens()]
         return head + [int(t) for t in self.toks]
 
-    def _tok(self, p: i64) -> i32:
-        """The token at candidate position ``p`` (a stream or corpus position; -1 past either's end)."""
-        if p >= CORPUS_BASE:
-            c = self.corpus
-            if c is None:
-                return SEP
-            return c._tok(p - CORPUS_BASE)
-        if p < i64(len(self.toks)):
-            return self.toks[p]
-        return SEP
-
     def _next_tokens(self, act: vec[i64], n_act: i64, k: i64, nx: vec[i32]) -> None:
-        """``nx[i] = self._tok(act[i] + k)`` for the ``n_act`` candidates: one pass, read in line
+        """``nx[i]``: the token at candidate position ``act[i] + k`` (a stream or corpus position; -1
+        past either's end) for the ``n_act`` candidates: one pass, read in line
         (``_follow`` needs each candidate's token three times per drafted token; a method call per
         read was its largest cost)."""
         toks = self.toks
