@@ -18,7 +18,6 @@ file raises :class:`~lookupdec.errors.CacheFormatError` naming it, never reads o
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Sequence
 from typing import Final
@@ -41,6 +40,18 @@ UNIGRAM_SIZE: Final[i64] = 8
 OLDER_THAN_ALL: Final[i64] = 1 << 40
 """A bound above every position (a constant: mypyc emits ``i64(1) << 40`` in a function as a C
 ``1 << 40`` on int, which overflows)."""
+
+
+def checksum8(body: bytes | memoryview) -> bytes:
+    """The file's checksum of ``body``: BLAKE2b, 8 bytes.
+
+    hashlib is imported here, not with the module: it loads OpenSSL (about 4 MB of resident
+    memory), and every ``lookupdec stats`` imports this module without ever writing or
+    verifying a corpus file (issue 10's replay memory).
+    """
+    import hashlib
+
+    return hashlib.blake2b(body, digest_size=8).digest()
 
 
 def slot_bits(n_slots: i64) -> i64:
@@ -216,7 +227,7 @@ def corpus_bytes(ids: vec[i32], vocab_size: int = 0, vocab_fingerprint: bytes = 
     body = w8.getvalue()
     header = CORPUS_HEADER.pack(
         MAGIC_CORPUS, version, HEADER_SIZE, 0, n_after, n, n_bigrams, n_slots, total, n_uni,
-        vocab_size, vocab_fingerprint, HEADER_SIZE + len(body), hashlib.blake2b(body, digest_size=8).digest(),
+        vocab_size, vocab_fingerprint, HEADER_SIZE + len(body), checksum8(body),
     )  # fmt: skip
     return header + body
 
@@ -402,7 +413,7 @@ class CorpusIndex:
         from lookupdec.formats.corpus import CORPUS_HEADER
 
         checksum = CORPUS_HEADER.unpack_from(self._buf, 0)[-1]
-        if hashlib.blake2b(body, digest_size=8).digest() != checksum:
+        if checksum8(body) != checksum:
             raise CacheFormatError(self.path, "checksum mismatch: the file is corrupt", 88)
         ids = vec[i32](capacity=self.n_tokens)
         for i in range(self.n_tokens):
