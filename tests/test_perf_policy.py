@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,10 +50,8 @@ def test_trees_end_to_end(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     table = [line for line in done.stdout.splitlines() if line.startswith(f"| {REPO} |")]
     assert [line.split(" | ")[2] for line in table] == ["llama", "hybrid", "hybrid+corpus"] * 2
-    assert json.dumps(done.stderr).count("round ") == 4
+    assert done.stderr.count("round ") == 4
 
 
 def _env() -> dict[str, str]:
-    import os
-
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
