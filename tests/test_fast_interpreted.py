@@ -53,3 +53,17 @@ def test_interpreted_fast_path_matches_the_reference(tmp_path: Path) -> None:
         return {k: v for k, v in s.items() if k.startswith("n_")}
 
     assert counts(stats["fast"]) == counts(stats["reference"]) != {}
+    # The hybrid policy too (its vote table's packed keys and scores are i64 arithmetic), with
+    # the static index and the corpus in the history.
+    hybrid = {
+        impl: json.loads(
+            _run(
+                tmp_path,
+                *("stats", "--tokens", "--impl", impl, "-q", "--json", "-lcs", f"{impl}.idx"),
+                *("--policy", "hybrid", "--corpus", "corpus.bin", "replay.bin"),
+            )
+        )
+        for impl in ("fast", "reference")
+    }
+    assert counts(hybrid["fast"]) == counts(hybrid["reference"])
+    assert hybrid["fast"]["n_accept"] > stats["fast"]["n_accept"]

@@ -469,3 +469,27 @@ def test_replay_counts_identical_on_demo_data() -> None:
     ]
     counts = {(r.n_steps, r.n_accept, r.n_drafted) for r in results}
     assert len(counts) == 1, counts
+
+
+def test_vote_table_restarts_when_its_stamp_runs_out() -> None:
+    # The fast vote table's keys hold the round's stamp << 32: a stamp reaching VOTE_STAMP_MAX
+    # clears the table and starts again at 1. Forced here after a first replay (which allocated
+    # the table), the second replay must still give the reference's counts.
+    fast = fast_impl()
+    from lookupdec.fast import _hybrid
+
+    tokens = demo("wiki.test.demo.llama3.bin", 6000)
+    static = demo("enwiki_wt.demo.llama3.bin", 30000)
+    results = []
+    for impl in (fast, ref):
+        h = impl.SuffixHistory()
+        st = impl.build_static(static)
+        impl.replay(tokens[:2000], 1000, 8, st, None, None, "hybrid", h)
+        if impl is fast:
+            assert h.vote_stamp > 0
+            h.vote_stamp = _hybrid.VOTE_STAMP_MAX - 5
+        r = impl.replay(tokens[2000:], 1000, 8, st, None, None, "hybrid", h)
+        if impl is fast:
+            assert 0 < h.vote_stamp < _hybrid.VOTE_STAMP_MAX - 5  # it ran out and restarted
+        results.append((r.n_steps, r.n_accept, r.n_drafted))
+    assert results[0] == results[1]

@@ -50,6 +50,7 @@ from mypy_extensions import i32, i64
 
 from lookupdec.fast._core import (
     ABSENT,
+    M32,
     NGRAM_MAX,
     NGRAM_MIN,
     NULL32,
@@ -126,6 +127,10 @@ DECAY_AT: Final[i64] = 1 << 14
 INITIAL_SLOTS: Final[i64] = 1 << 10
 VOTE_HASH: Final[i64] = 2654435761
 """Multiplier of the vote table's hash (Knuth's: a prime near 2^32 / phi)."""
+VOTE_ONE: Final[i64] = 1 << 32
+"""One vote in a vote slot's score (count << 32 | rank of the token's first candidate)."""
+VOTE_STAMP_MAX: Final[i64] = 1 << 30
+"""Vote rounds before the vote table is cleared (its keys hold the round's stamp << 32)."""
 
 
 def zeros_i64(n: i64) -> vec[i64]:
@@ -223,9 +228,7 @@ class SuffixHistory:
     last_best: i64
     cand_len: vec[i64]
     n_cand: i64
-    vote_t: vec[i32]
-    vote_c: vec[i64]
-    vote_f: vec[i64]
+    vote_k: vec[i64]
     vote_s: vec[i64]
     vote_mask: i64
     vote_stamp: i64
@@ -245,9 +248,7 @@ class SuffixHistory:
         self.last_best = 0
         self.cand_len = vec[i64]()
         self.n_cand = 0
-        self.vote_t = vec[i32]()
-        self.vote_c = vec[i64]()
-        self.vote_f = vec[i64]()
+        self.vote_k = vec[i64]()
         self.vote_s = vec[i64]()
         self.vote_mask = 0
         self.vote_stamp = 0
@@ -571,9 +572,7 @@ class SuffixHistory:
             size: i64 = 1
             while size < 2 * cap:
                 size *= 2
-            self.vote_t = filled_i32(size, SEP)
-            self.vote_c = zeros_i64(size)
-            self.vote_f = zeros_i64(size)
+            self.vote_k = zeros_i64(size)
             self.vote_s = zeros_i64(size)
             self.vote_mask = size - 1
             self.vote_stamp = 0
@@ -981,9 +980,7 @@ class HybridState:
             if h.cand_len[j] >= shortest:
                 act[n_act] = cand[j]
                 n_act += 1
-        vt = h.vote_t
-        vc = h.vote_c
-        vf = h.vote_f
+        vk = h.vote_k
         vs = h.vote_s
         vmask = h.vote_mask
         nx = h.next_t
@@ -993,36 +990,48 @@ class HybridState:
         while k < n_max:
             # The most frequent next token among the candidates; on a tie the newest one's, i.e.
             # the one whose first (newest) candidate comes first. Counted in an open-addressing
-            # table of at least twice the candidates, whose slots are live only with this round's
-            # stamp (no clearing): O(candidates) where comparing with each distinct token so far
-            # was O(candidates x distinct tokens), the cost of the one-token fallback's 64 votes.
+            # table of at least twice the candidates (O(candidates), where comparing with each
+            # distinct token so far was O(candidates x distinct tokens): the cost of the one-token
+            # fallback's 64 votes). A slot is two words, so a probe reads two vecs (each read is
+            # a bounds check too): its key, this round's stamp << 32 | the token (a slot of an
+            # older stamp is free: no clearing), and its score, count << 32 | (2^32 - 1 - the
+            # token's first candidate), so the highest score is the vote's winner, tie included.
             h._next_tokens(act, n_act, k, nx)  # the request stream's or the corpus's (-1 past their ends)
-            h.vote_stamp += 1
-            stamp = h.vote_stamp
+            stamp = h.vote_stamp + 1
+            if stamp >= VOTE_STAMP_MAX:  # the key's high half would overflow: start the table afresh
+                for g in range(vmask + 1):
+                    vk[g] = 0
+                stamp = 1
+            h.vote_stamp = stamp
+            high = stamp << 32
             best_t = SEP
-            best_c: i64 = 0
-            best_f: i64 = 0
+            best_s: i64 = 0
+            sc: i64 = 0
             for i in range(n_act):
                 ti = nx[i]
                 if ti == SEP:
                     continue
+                key = high | i64(ti)
                 g = ((i64(ti) * VOTE_HASH) >> 16) & vmask  # ti < 2^31: no overflow, interpreted or compiled
-                while vs[g] == stamp and vt[g] != ti:
+                while True:
+                    w = vk[g]
+                    if w == key:
+                        sc = vs[g] + VOTE_ONE
+                        vs[g] = sc
+                        break
+                    if w < high:  # an older round's (or never used): free
+                        vk[g] = key
+                        sc = VOTE_ONE + (M32 - i)
+                        vs[g] = sc
+                        break
                     g = (g + 1) & vmask
-                if vs[g] != stamp:
-                    vs[g] = stamp
-                    vt[g] = ti
-                    vc[g] = 1
-                    vf[g] = i
-                else:
-                    vc[g] += 1
-                cnt = vc[g]
-                if cnt > best_c or (cnt == best_c and vf[g] < best_f):
-                    best_c = cnt
+                if sc > best_s:
+                    best_s = sc
                     best_t = ti
-                    best_f = vf[g]
-            if best_c == 0:
+            if best_s == 0:
                 break
+            best_c = best_s >> 32
+            best_f = M32 - (best_s & M32)
             cur: i64 = 0  # whether the newest followed occurrence with it is this request's (the corpus is none)
             if h.req_start <= act[best_f] < CORPUS_BASE:
                 cur = 1

@@ -71,6 +71,8 @@ MEMO_BUDGET: Final[i64] = 32 << 20
 # 2**13 entries (256 KiB) hit 62 % of lookups, 2**15 69 %, 2**16 73 %; 2**15 drafted fastest
 # from the 100 MB to 764 MB indexes (docs/performance.md, "The mapped index at every size").
 DMEMO_BITS: Final[i64] = 15
+SEARCH_AHEAD_MIN: Final[i64] = 32
+"""Followers' binary search reads the next round's two probes ahead while more than this many are left."""
 
 
 def mul32(a: i64, b: i64) -> tuple[i64, i64]:
@@ -321,6 +323,7 @@ class StaticIndex(StaticSource):
     _le: i64
     _lp: i32
     _lbits: i64
+    _touched: i32
 
     def __init__(
         self,
@@ -388,6 +391,7 @@ class StaticIndex(StaticSource):
         self._le = 0
         self._lp = NULL32
         self._lbits = 0
+        self._touched = 0
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, in_memory: bool = False) -> StaticIndex:
@@ -733,12 +737,31 @@ class StaticIndex(StaticSource):
         # native ints; gcc -O3 turns it into a cmovge here (build/__native_lookupdec.c and the
         # .so's disassembly), but that is the C compiler's choice. The loop still branches on
         # read_i32_le's bounds check and error sentinel (both predictable: never taken).
+        # While the range spans several cache lines (16 tokens each), each probe is a miss
+        # the next one waits for (the select makes them dependent): the two tokens the next
+        # round may probe are read first, in no branch or select, so their misses overlap
+        # this round's and the next probe finds its line in the cache. The reads are kept
+        # alive in ``_touched`` (else the C compiler drops them).
+        touched: i32 = 0
+        while n > SEARCH_AHEAD_MIN:
+            half = n >> 1
+            h2 = (n - half) >> 1
+            touched ^= read_i32_le(bt, ct + 4 * (lo + h2)) ^ read_i32_le(bt, ct + 4 * (lo + half + h2))
+            lo = lo + half if read_i32_le(bt, ct + 4 * (lo + half)) <= tok else lo
+            n -= half
+        # The range left spans at most 3 lines of tokens and 3 of counts (in another array): the
+        # ends of both are read at once, so the last rounds and the count find them in flight.
+        cc = self._cc
+        bc = self._bc
+        touched ^= read_i32_le(bt, ct + 4 * lo) ^ read_i32_le(bt, ct + 4 * (lo + n - 1))
+        touched ^= read_i32_le(bc, cc + 4 * lo) ^ read_i32_le(bc, cc + 4 * (lo + n - 1))
+        self._touched = touched
         while n > 1:
             half = n >> 1
             lo = lo + half if read_i32_le(bt, ct + 4 * (lo + half)) <= tok else lo
             n -= half
         if read_i32_le(bt, ct + 4 * lo) == tok:
-            return i64(read_i32_le(self._bc, self._cc + 4 * lo))
+            return i64(read_i32_le(bc, cc + 4 * lo))
         return ABSENT
 
     def _st_pick(self) -> i32:
