@@ -198,6 +198,22 @@ def stat_cell(count: i64, n_active: i64, length: i64, sclass: i64, kind: i64, cu
     return (((kind * N_STATIC + sclass) * N_CLASS + support_class(count, n_active)) * N_CUR + cur) * N_LEN + eff
 
 
+def match_back(toks: vec[i32], qv: vec[i32], p: i64, length: i64) -> i64:
+    """How far the requests' occurrence continuing at ``p`` (in the stream ``toks``) agrees with
+    the query (``qv``, from :meth:`SuffixHistory._fill_query`) backwards: from ``length`` known
+    equal tokens, at most :data:`MAX_MATCH`, never across a separator (``qv`` ends with one).
+    A function, not a method, so the callers' loops pass the vecs they hold (see ``_collect``)."""
+    while length < MAX_MATCH:
+        at = p - 1 - length
+        if at < 0:
+            break
+        t = toks[at]
+        if t == SEP or t != qv[length]:
+            break
+        length += 1
+    return length
+
+
 class SuffixHistory:
     """The token history the hybrid policy matches against: earlier requests and the current one.
 
@@ -535,13 +551,20 @@ class SuffixHistory:
         qv = self.qv
         toks = self.toks
         nq = i64(len(q))
-        p = i64(len(toks)) - 1
         j: i64 = 0
+        m = MAX_MATCH
+        if nq < m:
+            m = nq
+        while j < m:  # the drafted tail, then the stream: two loops, no branch per token on which
+            t = q[nq - 1 - j]
+            qv[j] = t
+            if t == SEP:
+                return j
+            j += 1
+        p = i64(len(toks)) - 1
         while j < MAX_MATCH:
             t = SEP
-            if j < nq:
-                t = q[nq - 1 - j]
-            elif p >= 0:
+            if p >= 0:
                 t = toks[p]
                 p -= 1
             qv[j] = t
@@ -593,15 +616,21 @@ class SuffixHistory:
             kid = self._bfind(pack(a, b))
             if kid >= 0:
                 found = True
+                # vecs read from attributes once: each attribute read of a vec in the loop is a
+                # reference count taken and dropped (mypyc), and the buffers are the same.
+                cand_p = self.cand_p
+                cand_len = self.cand_len
+                prev = self.prev
+                toks = self.toks
                 p = i64(self.bhead[kid])
                 while p >= 0 and n < max_candidates:
-                    length = self._match_back(p, 2)
-                    self.cand_p[n] = p
-                    self.cand_len[n] = length
+                    length = match_back(toks, qv, p, 2)
+                    cand_p[n] = p
+                    cand_len[n] = length
                     n += 1
                     if length > best_len:
                         best_len = length
-                    p = i64(self.prev[p])
+                    p = i64(prev[p])
                 n_hist = n
             if c is not None:
                 off = c._find(a, b)
@@ -622,13 +651,15 @@ class SuffixHistory:
             ring = self.uring
             r0 = UNIGRAM_CANDIDATES * u
             g = i64(self.uhead[u])
+            cand_p = self.cand_p
+            cand_len = self.cand_len
             while n < UNIGRAM_CANDIDATES:
                 g = (g - 1) & (UNIGRAM_CANDIDATES - 1)
                 p = i64(ring[r0 + g])
                 if p < 0:
                     break
-                self.cand_p[n] = p
-                self.cand_len[n] = 1
+                cand_p[n] = p
+                cand_len[n] = 1
                 n += 1
         if c is not None and n < UNIGRAM_CANDIDATES:
             n = self._collect_corpus_after(c, b, n)
@@ -652,22 +683,27 @@ class SuffixHistory:
         occurrences are all newer: only the run's entries after those taken count.
         """
         m: i64 = 0
+        cand_p = self.cand_p  # read once: see _collect
+        cand_len = self.cand_len
         if taken == 0 and kid >= 0:
+            tprev = self.tprev
+            toks = self.toks
+            qv = self.qv
             p: i64 = -2
             for j in range(n_hist):
-                if self.cand_len[j] >= 3:
-                    p = i64(self.tprev[self.cand_p[j]])
+                if cand_len[j] >= 3:
+                    p = i64(tprev[cand_p[j]])
             if p == -2:
                 p = i64(self.tslots[self._tslot(t3, a, b)])
             while p >= 0 and m < DEEP_CANDIDATES:
-                length = self._match_back(p, 3)
-                self.cand_p[n] = p
-                self.cand_len[n] = length
+                length = match_back(toks, qv, p, 3)
+                cand_p[n] = p
+                cand_len[n] = length
                 n += 1
                 m += 1
                 if length > best_len:
                     best_len = length
-                p = i64(self.tprev[p])
+                p = i64(tprev[p])
         c = self.corpus
         if c is None or off < 0 or m >= DEEP_CANDIDATES:
             return n, best_len
@@ -695,8 +731,8 @@ class SuffixHistory:
                 if pos < 3 or pos >= n_tokens:
                     raise c._bad_deep(g)
                 length = self._corpus_match_back(buf, pos)
-                self.cand_p[n] = CORPUS_BASE + pos
-                self.cand_len[n] = length
+                cand_p[n] = CORPUS_BASE + pos
+                cand_len[n] = length
                 n += 1
                 m += 1
                 if length > best_len:
@@ -715,9 +751,11 @@ class SuffixHistory:
         take = UNIGRAM_CANDIDATES - n
         if count < take:
             take = count
+        cand_p = self.cand_p  # read once: see _collect
+        cand_len = self.cand_len
         for g in range(take):
-            self.cand_p[n] = CORPUS_BASE + c._after_pos(start + g)
-            self.cand_len[n] = 1
+            cand_p[n] = CORPUS_BASE + c._after_pos(start + g)
+            cand_len[n] = 1
             n += 1
         return n
 
@@ -751,6 +789,8 @@ class SuffixHistory:
                 e += 8
         e = e0
         n0 = n
+        cand_p = self.cand_p  # read once: see _collect
+        cand_len = self.cand_len
         for g in range(take):
             pos = i64(read_i32_le(buf, e))
             pre = read_i32_le(buf, e + 4)
@@ -760,8 +800,8 @@ class SuffixHistory:
             length: i64 = 2
             if pre == q2 and pre != SEP:
                 length = self._corpus_match_back(buf, pos)
-            self.cand_p[n] = CORPUS_BASE + pos
-            self.cand_len[n] = length
+            cand_p[n] = CORPUS_BASE + pos
+            cand_len[n] = length
             n += 1
             if length > best_len:
                 best_len = length
@@ -770,8 +810,8 @@ class SuffixHistory:
         # them: nothing here branches on them, so their loads (cache misses in a large corpus)
         # overlap, where _follow's vote, which branches on each, would wait for them one by one.
         for j in range(n0, n):
-            if self.cand_len[j] + MATCH_SLACK >= best_len:
-                touched ^= read_i32_le(buf, CORPUS_IDS + 4 * (self.cand_p[j] - CORPUS_BASE))
+            if cand_len[j] + MATCH_SLACK >= best_len:
+                touched ^= read_i32_le(buf, CORPUS_IDS + 4 * (cand_p[j] - CORPUS_BASE))
         self.touched = touched  # kept, so the compiler keeps the reads
         return n, best_len
 
@@ -788,22 +828,6 @@ class SuffixHistory:
                 break
             length += 1
             at -= 1
-        return length
-
-    def _match_back(self, p: i64, length: i64) -> i64:
-        """How far the requests' occurrence continuing at ``p`` agrees with the query (``qv``, from
-        :meth:`_fill_query`) backwards: from ``length`` known equal tokens, at most
-        :data:`MAX_MATCH`, never across a separator (``qv`` ends with one)."""
-        toks = self.toks
-        qv = self.qv
-        while length < MAX_MATCH:
-            at = p - 1 - length
-            if at < 0:
-                break
-            t = toks[at]
-            if t == SEP or t != qv[length]:
-                break
-            length += 1
         return length
 
 
