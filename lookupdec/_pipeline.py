@@ -280,9 +280,10 @@ def replay_stats(
 ) -> dict[str, Any]:
     """Load the caches, replay ``tokens`` like llama-lookup-stats, and return the ``stats --json`` fields.
 
-    ``corpus`` (hybrid only): the path of a corpus file (memory-mapped) or token ids (built in
-    memory) the hybrid policy's history holds first (what ``Drafter(policy="hybrid", corpus=...)``
-    does; not timed in ``t_draft``: ``t_corpus_ms``).
+    ``corpus`` (hybrid only): the path of a corpus file (memory-mapped; with ``in_memory``
+    read into memory like the static file, by the fast path) or token ids (built in memory) the
+    hybrid policy's history holds first (what ``Drafter(policy="hybrid", corpus=...)`` does; not
+    timed in ``t_draft``: ``t_corpus_ms``).
     """
     from lookupdec.formats import detect_format
 
@@ -296,7 +297,11 @@ def replay_stats(
     t0 = time.perf_counter()
     if corpus is not None:
         history = impl.SuffixHistory()
-        history.add_corpus(corpus)  # a path: mapped in O(1); ids: built in memory
+        opener = getattr(impl, "CorpusIndex", None)  # the reference reads a corpus file's ids
+        if in_memory and opener is not None and isinstance(corpus, (str, os.PathLike)):
+            history.add_corpus(opener.open(corpus, in_memory=True))
+        else:
+            history.add_corpus(corpus)  # a path: mapped in O(1); ids: built in memory
     t_corpus = time.perf_counter() - t0
     corpus_tokens = history.corpus_tokens() if history is not None else None
     result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress, policy, history)

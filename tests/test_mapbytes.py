@@ -101,20 +101,23 @@ def test_mapped_modes_draft_as_the_reference(tmp_path: Path, monkeypatch: pytest
     make_index(path, corpus)
     want = _counts(_pipeline.load_static(ref, str(path)), tokens, ref)
     got = {}
-    for mode in ("view", "mmap", "loaded"):
-        monkeypatch.setenv("LOOKUPDEC_MAPPED_BYTES", "0" if mode == "mmap" else "1")
-        ix = _pipeline.load_static(fast, str(path), in_memory=mode == "loaded")
-        assert ix._direct == (mode != "mmap") and ix.in_memory == (mode == "loaded")
+    # loaded: copied into huge pages (copy_bytes); loaded-read: the plain read() where mapped bytes are off
+    for mode in ("view", "mmap", "loaded", "loaded-read"):
+        monkeypatch.setenv("LOOKUPDEC_MAPPED_BYTES", "0" if mode in ("mmap", "loaded-read") else "1")
+        loaded = mode.startswith("loaded")
+        ix = _pipeline.load_static(fast, str(path), in_memory=loaded)
+        assert ix._direct == (mode != "mmap") and ix.in_memory == loaded
+        assert (ix._view is not None) == (mode in ("view", "loaded"))
         got[mode] = _counts(ix, tokens, fast)
         assert ix.to_bytes() == path.read_bytes()
         ix.verify()
         ix.close()
-        if mode == "loaded":
+        if loaded:
             assert ix.get((corpus[0], corpus[1])) == {}
         else:  # never a read of unmapped memory
             with pytest.raises(ValueError, match="closed"):
                 ix.get((corpus[0], corpus[1]))
-    assert got == {"view": want, "mmap": want, "loaded": want}
+    assert got == {"view": want, "mmap": want, "loaded": want, "loaded-read": want}
 
 
 def test_closed_view_index_keeps_returned_bytes_valid(tmp_path: Path) -> None:
@@ -126,3 +129,70 @@ def test_closed_view_index_keeps_returned_bytes_valid(tmp_path: Path) -> None:
     whole = ix.to_bytes()
     ix.close()
     assert whole == path.read_bytes()  # a copy, not the unmapped pages
+
+
+def _perms(addr: int) -> str:
+    """The permissions of the mapping holding ``addr`` (``/proc/self/maps``)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if lo <= addr < hi:
+                return line.split()[1]
+    raise AssertionError(f"{addr:#x} is not mapped")
+
+
+@pytest.mark.parametrize("size", [1, 4095, 4096, 4097, 3 * 4096 + 17, 2 << 20, (2 << 20) + 5])
+def test_copy_is_the_file(tmp_path: Path, size: int) -> None:
+    """copy_bytes (the in-memory open): the file's bytes in private read-only pages, aligned like a mapping."""
+    data = os.urandom(size)
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        mb = _mapbytes.copy_bytes(f.fileno(), size)
+    assert mb is not None and mb.size == size
+    view = mb.data
+    assert type(view) is bytes and len(view) == size and view == data and hash(view) == hash(data)
+    start = id(view) + bytes.__basicsize__ - 1
+    assert start % (2 << 20 if size >= 2 << 20 else 4096) == 0
+    assert _perms(start).startswith("r-") and _perms(start + size - 1).startswith("r-")  # never changed
+    assert _perms(start - 1).startswith("rw")  # the header page: its reference count changes
+    path.write_bytes(bytes(size))  # a copy: the file changing later does not change it
+    assert view == data
+    del view
+    assert mb.close()
+
+
+def test_copy_of_a_shrunk_file_is_short(tmp_path: Path) -> None:
+    """A file shorter than the size asked (it shrank after the caller's fstat): the bytes it had."""
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"abc" * 1000)
+    with open(path, "rb") as f:
+        mb = _mapbytes.copy_bytes(f.fileno(), 5000)
+    assert mb is not None and mb.size == 3000 and mb.data == b"abc" * 1000
+    assert mb.close()
+
+
+def test_loaded_corpus_is_a_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CorpusIndex.open(in_memory=True) copies (huge pages) or reads: the mapped file's ids and drafts;
+    ``stats --load`` opens the --corpus file that way."""
+    from lookupdec import _pipeline
+
+    fast = fast_impl()
+    ids = np.fromfile(DEMO_DATA / "enwiki_wt.demo.llama3.bin", dtype="<i4")[:20_000].tolist()
+    tokens = np.fromfile(DEMO_DATA / "wiki.test.demo.llama3.bin", dtype="<i4")[:2_000].tolist()
+    path = tmp_path / "c.lkcorpus"
+    fast.CorpusIndex.from_tokens(ids).save(path)
+    mapped = fast.CorpusIndex.open(path)
+    assert not mapped.in_memory and mapped._view is not None
+    for switch in ("1", "0"):
+        monkeypatch.setenv("LOOKUPDEC_MAPPED_BYTES", switch)
+        loaded = fast.CorpusIndex.open(path, in_memory=True)
+        assert loaded.in_memory and (loaded._view is not None) == (switch == "1")
+        assert loaded.tokens() == mapped.tokens() == ids and loaded.to_bytes() == path.read_bytes()
+        loaded.close()
+    counts = []
+    for in_memory in (False, True):
+        stats = _pipeline.replay_stats(fast, tokens, n_ctx=512, in_memory=in_memory, policy="hybrid", corpus=str(path))
+        counts.append({k: v for k, v in stats.items() if k.startswith("n_")})
+    assert counts[0] == counts[1] and counts[0]["n_accept"] > 0
+    mapped.close()

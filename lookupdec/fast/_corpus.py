@@ -29,7 +29,7 @@ from mypy_extensions import i32, i64
 from lookupdec.errors import CacheFormatError
 from lookupdec.fast._core import NULL32, filled_i32, key_hash, low32, pack, to_vec
 from lookupdec.fast._index import static_slot
-from lookupdec.fast._mapbytes import MappedBytes, map_bytes
+from lookupdec.fast._mapbytes import MappedBytes, copy_bytes, map_bytes
 
 SEP: Final[i32] = -1
 """The document separator in the ids (the history's request separator): never matched."""
@@ -319,13 +319,13 @@ class CorpusIndex:
     _o_after: i64
     _o_trigrams: i64
 
-    def __init__(self, path: str, data: bytes, view: MappedBytes | None = None) -> None:
+    def __init__(self, path: str, data: bytes, view: MappedBytes | None = None, copied: bool = False) -> None:
         """Use :meth:`open`, :meth:`from_tokens` or :meth:`from_bytes` instead."""
         from lookupdec.formats.corpus import corpus_header
 
         h = corpus_header(path, data, len(data))
         self.path = path
-        self.in_memory = view is None
+        self.in_memory = copied or view is None  # ``view`` holds ``data``: the mapping, or the copy when ``copied``
         self._buf = data
         self._view = view
         self.n_tokens = h.n_tokens
@@ -353,7 +353,21 @@ class CorpusIndex:
         p = os.fspath(path)
         with open_regular(p) as f:
             size = os.fstat(f.fileno()).st_size
-            view = None if in_memory or size < HEADER_SIZE else map_bytes(f.fileno(), size)
+            if in_memory:
+                # In huge pages where mapped bytes work (see StaticIndex.open), else one read().
+                copy = copy_bytes(f.fileno(), size) if size >= HEADER_SIZE else None
+                data = f.read() if copy is None else copy.data
+                n_read = len(data)
+                try:
+                    if n_read != size:
+                        raise CacheFormatError(p, f"file changed size while being read ({size} -> {n_read} bytes)")
+                    return CorpusIndex(p, data, copy, copied=True)
+                except BaseException:
+                    if copy is not None:
+                        data = b""  # the copy's last reference but the view's: close() unmaps it
+                        copy.close()
+                    raise
+            view = None if size < HEADER_SIZE else map_bytes(f.fileno(), size)
             if view is None:
                 data = f.read()
                 if len(data) != size:

@@ -1,13 +1,13 @@
 """The compiled static index: lookupdec's static index file (docs/static-index.md), read in place.
 
 Opening costs O(1): the 96-byte header is checked and the file is memory-mapped (or, with
-``in_memory=True``, read into one ``bytes``). Lookups read the flat little-endian arrays
-with ``librt.strings.read_i32_le``/``read_i64_le``. On a ``bytes`` object mypyc compiles
-each to ``CPyBytes_ReadI32LE``/``ReadI64LE``, static inline C helpers of its ``lib-rt`` that
-gcc inlines: a bounds check against the object's size, then one 4- or 8-byte load (a
-``memcpy``), no Python objects; the caller then tests the error sentinel (-113, with a
-``PyErr_Occurred()`` call only when a value equals it). Both modes read one ``bytes``
-(``_direct``): the mapping is exposed as a ``bytes`` whose data is the mapped file
+``in_memory=True``, read into one ``bytes``, in huge pages where they are available). Lookups
+read the flat little-endian arrays with ``librt.strings.read_i32_le``/``read_i64_le``. On a
+``bytes`` object mypyc compiles each to ``CPyBytes_ReadI32LE``/``ReadI64LE``, static inline C
+helpers of its ``lib-rt`` that gcc inlines: a bounds check against the object's size, then one
+4- or 8-byte load (a ``memcpy``), no Python objects; the caller then tests the error sentinel
+(-113, with a ``PyErr_Occurred()`` call only when a value equals it). Both modes read one
+``bytes`` (``_direct``): the mapping is exposed as a ``bytes`` whose data is the mapped file
 (``lookupdec.fast._mapbytes``, CPython on Linux). Where that is not available an ``mmap`` is
 used, which is not a ``bytes``: each lookup then slices the few bytes it needs (a slot, a key,
 two starts, a pick, then the followers' tokens and counts) into small ``bytes`` objects and
@@ -31,7 +31,7 @@ from librt.vecs import append, vec
 from mypy_extensions import i32, i64
 
 from lookupdec.errors import CacheFormatError
-from lookupdec.fast._mapbytes import MappedBytes, map_bytes
+from lookupdec.fast._mapbytes import MappedBytes, copy_bytes, map_bytes
 
 if TYPE_CHECKING:
     from lookupdec.formats import ForkStatic
@@ -333,10 +333,12 @@ class StaticIndex(StaticSource):
         buf: bytes,
         mm: mmap.mmap | None,
         view: MappedBytes | None = None,
+        copied: bool = False,
     ) -> None:
         """Use :meth:`open`, :meth:`from_cache` or :meth:`from_contents` instead."""
         self.path = path
-        self.in_memory = mm is None and view is None
+        # ``view`` holds ``buf``'s memory: the file's mapping, or its copy when ``copied``
+        self.in_memory = copied or (mm is None and view is None)
         # True when ``buf`` holds the whole file (copied, or the mapping seen as bytes).
         self._direct = mm is None
         self._buf = buf
@@ -403,15 +405,27 @@ class StaticIndex(StaticSource):
             size = os.fstat(f.fileno()).st_size
             header = f.read(HEADER_SIZE)
             if in_memory:
-                # FileIO.readall: one buffer of the file's size. The buffered reader's read()
-                # would join the bytes it buffered with the header to the rest: a second full
-                # copy, twice the file in peak RSS (617 against 313 MB for a 303 MB index).
-                with io.FileIO(f.fileno(), closefd=False) as raw:
-                    raw.seek(0)
-                    data = raw.readall()
-                if len(data) != size:
-                    raise CacheFormatError(p, f"file changed size while being read ({size} -> {len(data)} bytes)")
-                return StaticIndex(p, header, size, data, None)
+                # In huge pages where mapped bytes work (_mapbytes.copy_bytes: fewer TLB misses),
+                # else FileIO.readall: one buffer of the file's size. The buffered reader's
+                # read() would join the bytes it buffered with the header to the rest: a second
+                # full copy, twice the file in peak RSS (617 against 313 MB for a 303 MB index).
+                copy = copy_bytes(f.fileno(), size)
+                if copy is not None:
+                    data = copy.data
+                else:
+                    with io.FileIO(f.fileno(), closefd=False) as raw:
+                        raw.seek(0)
+                        data = raw.readall()
+                n_read = len(data)
+                try:
+                    if n_read != size:
+                        raise CacheFormatError(p, f"file changed size while being read ({size} -> {n_read} bytes)")
+                    return StaticIndex(p, header, size, data, None, copy, copied=True)
+                except BaseException:
+                    if copy is not None:
+                        data = b""  # the copy's last reference but the view's: close() unmaps it
+                        copy.close()
+                    raise
             if len(header) < HEADER_SIZE:
                 return StaticIndex(p, header, size, b"", None)  # raises: too short
             view = map_bytes(f.fileno(), size)
