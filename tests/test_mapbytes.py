@@ -196,3 +196,27 @@ def test_loaded_corpus_is_a_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         counts.append({k: v for k, v in stats.items() if k.startswith("n_")})
     assert counts[0] == counts[1] and counts[0]["n_accept"] > 0
     mapped.close()
+
+
+def test_huge_copy_of_built_bytes() -> None:
+    """huge_copy (a corpus built in memory): the same bytes in read-only aligned pages; None below 2 MiB."""
+    data = os.urandom((2 << 20) + 12345)
+    mb = _mapbytes.huge_copy(data)
+    assert mb is not None and mb.data == data and len(mb.data) == len(data)
+    start = id(mb.data) + bytes.__basicsize__ - 1
+    assert start % (2 << 20) == 0 and _perms(start).startswith("r-")
+    assert mb.close()
+    assert _mapbytes.huge_copy(data[: (2 << 20) - 1]) is None
+
+
+def test_corpus_built_from_ids_is_moved_into_huge_pages() -> None:
+    fast = fast_impl()
+    ids = np.fromfile(DEMO_DATA / "enwiki_wt.demo.llama3.bin", dtype="<i4")[:100_000].tolist()
+    built = fast.CorpusIndex.from_tokens(ids)
+    assert len(built.to_bytes()) >= 2 << 20  # big enough to be moved
+    assert built.in_memory and built._view is not None
+    assert built.tokens() == ids
+    small = fast.CorpusIndex.from_tokens(ids[:1000])
+    assert small.in_memory and small._view is None and small.tokens() == ids[:1000]
+    built.close()
+    assert built.n_tokens == 0

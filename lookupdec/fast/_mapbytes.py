@@ -30,6 +30,7 @@ import mmap
 import os
 import sys
 import sysconfig
+from collections.abc import Callable
 from typing import Final
 
 _PAGE: Final = mmap.PAGESIZE
@@ -214,6 +215,27 @@ def map_bytes(fd: int, size: int) -> MappedBytes | None:
     return MappedBytes(base, length, start, size)
 
 
+def _filled(size: int, fill: Callable[[memoryview], int]) -> MappedBytes:
+    """Reserved memory in huge pages, ``fill``-ed (it returns how many bytes it wrote), then
+    made read-only; the ``bytes`` is that many bytes long."""
+    assert _LIBC is not None
+    base, length, start = _reserve(size)
+    try:
+        if size >= _HUGE:
+            _LIBC.madvise(start, (size + _PAGE - 1) // _PAGE * _PAGE, _MADV_HUGEPAGE)  # a hint: refused is fine
+        view = memoryview((ctypes.c_char * size).from_address(start)).cast("B")
+        try:
+            done = fill(view)
+        finally:
+            view.release()
+        _LIBC.mprotect(start, (size + _PAGE - 1) // _PAGE * _PAGE, mmap.PROT_READ)
+    except BaseException:
+        _LIBC.munmap(base, length)
+        raise
+    _write_header(start - _HEAD, done)
+    return MappedBytes(base, length, start, done)
+
+
 def copy_bytes(fd: int, size: int) -> MappedBytes | None:
     """Read the ``size``-byte file open as ``fd`` into private memory seen as a ``bytes``; None
     when not :func:`supported`. The ``in_memory`` open of an index or a corpus file.
@@ -229,22 +251,28 @@ def copy_bytes(fd: int, size: int) -> MappedBytes | None:
     if not supported() or size <= 0:
         return None
     _sweep()
-    assert _LIBC is not None
-    base, length, start = _reserve(size)
-    try:
-        if size >= _HUGE:
-            _LIBC.madvise(start, (size + _PAGE - 1) // _PAGE * _PAGE, _MADV_HUGEPAGE)  # a hint: refused is fine
-        view = memoryview((ctypes.c_char * size).from_address(start)).cast("B")
+
+    def read(view: memoryview) -> int:
         done = 0
         while done < size:
             got = os.preadv(fd, [view[done:]], done)
             if got <= 0:
                 break
             done += got
-        del view
-        _LIBC.mprotect(start, (size + _PAGE - 1) // _PAGE * _PAGE, mmap.PROT_READ)
-    except BaseException:
-        _LIBC.munmap(base, length)
-        raise
-    _write_header(start - _HEAD, done)
-    return MappedBytes(base, length, start, done)
+        return done
+
+    return _filled(size, read)
+
+
+def huge_copy(data: bytes) -> MappedBytes | None:
+    """``data`` copied into huge pages like :func:`copy_bytes` (None when not :func:`supported`,
+    or for data below 2 MiB, which would gain nothing): for a file's bytes built in memory."""
+    if not supported() or len(data) < _HUGE:
+        return None
+    _sweep()
+
+    def copy(view: memoryview) -> int:
+        view[:] = data
+        return len(data)
+
+    return _filled(len(data), copy)
