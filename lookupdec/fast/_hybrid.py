@@ -70,7 +70,7 @@ from lookupdec.fast._core import (
 )
 from lookupdec.fast._corpus import HEADER_SIZE as CORPUS_IDS
 from lookupdec.fast._corpus import CorpusIndex, slots_for
-from lookupdec.result import ReplayResult
+from lookupdec.result import ReplayResult, check_branches
 
 SEP: Final[i32] = -1
 """Separator written before every request in the history stream (never matched)."""
@@ -212,6 +212,109 @@ def match_back(toks: vec[i32], qv: vec[i32], p: i64, length: i64) -> i64:
             break
         length += 1
     return length
+
+
+KIND_STRIDE: Final[i64] = N_STATIC * N_CLASS * N_CUR * N_LEN
+"""Cells of one kind of suffix draft: a cell at or above this is of kind 1 (see :func:`stat_cell`)."""
+
+
+def tree_vote(nx: vec[i32], n: i64, skip: vec[i32]) -> tuple[i64, i64]:
+    """The most frequent token of ``nx[:n]`` that is neither -1 nor in ``skip``: (the index of its
+    first occurrence, its count); (-1, 0) when there is none. A tie goes to the token that occurs
+    first (the newest candidate's), as in :meth:`HybridState._follow`'s vote."""
+    best_f: i64 = -1
+    best_c: i64 = 0
+    for i in range(n):
+        t = nx[i]
+        if t == SEP:
+            continue
+        fresh = True
+        for j in range(len(skip)):
+            if skip[j] == t:
+                fresh = False
+                break
+        j2: i64 = 0
+        while fresh and j2 < i:
+            if nx[j2] == t:
+                fresh = False  # counted at its first occurrence
+            j2 += 1
+        if not fresh:
+            continue
+        c: i64 = 1
+        for j in range(i + 1, n):
+            if nx[j] == t:
+                c += 1
+        if c > best_c:
+            best_c = c
+            best_f = i
+    return best_f, best_c
+
+
+def add_branch(tree: list[vec[i32]], v: vec[i32], branches: i64) -> None:
+    """Append ``v`` to ``tree`` unless it is empty, the tree has ``branches`` branches, or ``v``
+    and a branch already there are one a prefix of the other (a tree verifier gains nothing from it)."""
+    n = i64(len(v))
+    if n == 0 or i64(len(tree)) >= branches:
+        return
+    for b in tree:
+        k = i64(len(b))
+        if n < k:
+            k = n
+        j: i64 = 0
+        while j < k and b[j] == v[j]:
+            j += 1
+        if j == k:
+            return
+    tree.append(v)
+
+
+def tree_nodes(tree: list[vec[i32]]) -> i64:
+    """Distinct nodes of the tree the branches form (shared prefixes counted once): what a tree
+    verifier evaluates."""
+    total: i64 = 0
+    for i in range(len(tree)):
+        b = tree[i]
+        shared: i64 = 0
+        for j in range(i):
+            o = tree[j]
+            k = i64(len(o))
+            if i64(len(b)) < k:
+                k = i64(len(b))
+            c: i64 = 0
+            while c < k and o[c] == b[c]:
+                c += 1
+            if c > shared:
+                shared = c
+        total += i64(len(b)) - shared
+    return total
+
+
+def tree_path(
+    tree: list[vec[i32]], toks: vec[i32], at: i64, room: i64, tail: vec[i32], base: i64
+) -> tuple[vec[i32], i64]:
+    """``tail[:base]`` followed by the branch of ``tree`` that agrees longest with the text
+    ``toks[at:at + room]`` (the first of them on a tie), and how far branch 0 agrees with it."""
+    best: i64 = -1
+    pick: i64 = 0
+    acc0: i64 = 0
+    for bi in range(len(tree)):
+        b = tree[bi]
+        a: i64 = 0
+        while a < i64(len(b)) and a < room and toks[at + a] == b[a]:
+            a += 1
+        if bi == 0:
+            acc0 = a
+        if a > best:
+            best = a
+            pick = bi
+    path = vec[i32](capacity=base + 16)
+    for j in range(base):
+        path = append(path, tail[j])
+    if len(tree) > 0:
+        b = tree[pick]
+        for j in range(len(b)):
+            path = append(path, b[j])
+    return path, acc0
 
 
 class SuffixHistory:
@@ -1224,6 +1327,8 @@ class HybridState:
         nc_dynamic: NgramCache,
         nc_static: object,
         detached: bool,
+        branches: i64 = 1,
+        tree: list[list[int]] | None = None,
     ) -> list[int]:
         if n_draft < 0:
             raise ValueError(f"n_draft must be >= 0, got {n_draft}")
@@ -1253,6 +1358,10 @@ class HybridState:
                 rest = to_vec(tokens)
                 for j in range(len(rest)):
                     before = append(before, rest[j])
+        if tree is not None:  # propose_tree: branch 0 is this proposal, then the alternatives
+            for b in self._tree_step(tail, base, n_draft, before, st, branches):
+                tree.append([int(t) for t in b])
+            return tree[0] if tree else []
         tail = self._suffix(tail, base, n_draft, before, st)
         return [int(tail[j]) for j in range(base, len(tail))]
 
@@ -1284,6 +1393,163 @@ class HybridState:
             self.history.extend(committed)
             self.seen += len(committed)
 
+    def propose_tree(
+        self,
+        tokens: Sequence[int],
+        n_draft: int,
+        nc_context: NgramCache,
+        nc_dynamic: NgramCache,
+        nc_static: object = None,
+        branches: int = 3,
+        detached: bool = False,
+    ) -> list[list[int]]:
+        """Up to ``branches`` drafts after ``tokens``, for an engine that verifies them as a tree.
+
+        The first is exactly :meth:`propose`'s (:meth:`propose_detached`'s with ``detached``)
+        proposal; the others are alternatives, none empty and none a prefix of another branch
+        (nor one of them a prefix of it), in this order while there is room: llama.cpp's own
+        draft where the policy trimmed or replaced it; the runner-ups of the vote that chose the
+        first suffix-match token (branch 0's tokens before it, the runner-up, and its own
+        continuation while the running estimate stays at or above the threshold); the
+        suffix-only draft, when llama.cpp's tokens were kept. ``[]`` when :meth:`propose` would
+        draft nothing.
+
+        Learning stays linear: observe the step as if only branch 0 had been proposed, with
+        :meth:`observe` ``(n)``, ``n`` the length of the accepted tokens' common prefix with
+        branch 0. The state then evolves as the linear policy's would on the same committed
+        tokens, so branch 0 is, step by step, what :meth:`propose` returns, and a tree verifier
+        accepts at least as much per step as one verifying branch 0 alone.
+        """
+        if branches < 1:
+            raise ValueError(f"branches must be >= 1, got {branches}")
+        tree: list[list[int]] = []
+        self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached, branches, tree)
+        return tree
+
+    def _tree_step(
+        self, tail: vec[i32], base: i64, n_draft: i64, before: vec[i32], st: StaticSource, branches: i64
+    ) -> list[vec[i32]]:
+        """The branches of one tree proposal (see :meth:`propose_tree`) from llama.cpp's draft
+        ``tail[base:]``: branch 0 is :meth:`_suffix`'s, and its bookkeeping is the step's."""
+        m_full = i64(len(tail)) - base
+        llama = vec[i32](capacity=m_full)
+        for j in range(base, base + m_full):
+            llama = append(llama, tail[j])
+        tail = self._suffix(tail, base, n_draft, before, st)
+        b0 = vec[i32](capacity=n_draft)
+        for j in range(base, len(tail)):
+            b0 = append(b0, tail[j])
+        tree: list[vec[i32]] = []
+        if len(b0) == 0:
+            return tree
+        tree.append(b0)
+        add_branch(tree, llama, branches)  # llama.cpp's draft, where the policy trimmed or replaced it
+        m = self.last_llama
+        if self.last_suffix > 0 and i64(len(tree)) < branches:
+            # The candidates of the query before branch 0's first suffix token are still the
+            # history's (its last _collect), so the runner-ups cost no new search.
+            kind: i64 = 0
+            prob = 1.0
+            if m_full > 0 and m == 0 and self.last_cells[0] >= KIND_STRIDE:
+                kind = 1  # the suffix-only draft replaced llama.cpp's
+            else:
+                for j in range(m):  # the running estimate after llama.cpp's kept tokens, as _suffix has it
+                    prob = prob * self._l_estimate(llama_cell(m_full, j, j < self.last_confirmed))
+            q = vec[i32](capacity=i64(len(before)) + m)
+            for j in range(len(before)):
+                q = append(q, before[j])
+            for j in range(m):
+                q = append(q, b0[j])
+            self._runner_ups(q, b0, m, prob, kind, st, n_draft - m, branches, tree)
+        if m > 0 and i64(len(tree)) < branches:
+            # The suffix-only draft (one more search): it differs where llama.cpp's kept tokens do.
+            alt = vec[i32](capacity=n_draft)
+            alt, _cells = self._follow(before, alt, n_draft, 1.0, 1, st, alt, 0, 0)
+            add_branch(tree, alt, branches)
+        return tree
+
+    def _runner_ups(
+        self,
+        q: vec[i32],
+        b0: vec[i32],
+        m: i64,
+        prob: float,
+        kind: i64,
+        st: StaticSource,
+        n_max: i64,
+        branches: i64,
+        tree: list[vec[i32]],
+    ) -> None:
+        """Add branches that take the runner-ups of the vote for ``b0[m]`` (branch 0's first
+        suffix token, after the query ``q``) in its place, each continued as :meth:`_follow`
+        continues a draft (the candidates that agree vote, while the running estimate from
+        ``prob`` stays at or above the threshold). At most ``branches - 1`` runner-ups are tried."""
+        h = self.history
+        best = h.last_best
+        shortest = best - self.match_slack
+        act0 = vec[i64](capacity=h.n_cand)
+        for j in range(h.n_cand):
+            if h.cand_len[j] >= shortest:
+                act0 = append(act0, h.cand_p[j])
+        n0 = i64(len(act0))
+        nx0 = filled_i32(n0, SEP)
+        h._next_tokens(act0, n0, 0, nx0)
+        b2 = h._query_at(q, 1)
+        b1 = h._query_at(q, 0)
+        taken = vec[i32]()
+        taken = append(taken, b0[m])
+        none = vec[i32]()
+        for _r in range(branches - 1):  # ``_r``, not ``_``: see _core.filled_i32
+            if i64(len(tree)) >= branches:
+                break
+            f, c = tree_vote(nx0, n0, taken)
+            if f < 0:
+                break
+            r = nx0[f]
+            taken = append(taken, r)
+            cur: i64 = 0  # an if statement, not a conditional expression: see replay_core
+            if h.req_start <= act0[f] < CORPUS_BASE:
+                cur = 1
+            p = prob * self._estimate(stat_cell(c, n0, best, static_class(st, b2, b1, r), kind, cur))
+            if p < self.threshold:
+                continue
+            d = vec[i32](capacity=m + n_max)
+            for j in range(m):
+                d = append(d, b0[j])
+            d = append(d, r)
+            act = vec[i64](capacity=c)
+            for i in range(n0):
+                if nx0[i] == r:
+                    act = append(act, act0[i])
+            n_act = i64(len(act))
+            nx = filled_i32(n_act, SEP)
+            a2 = b1
+            a1 = r
+            k: i64 = 1
+            while k < n_max:
+                h._next_tokens(act, n_act, k, nx)
+                g, cnt = tree_vote(nx, n_act, none)
+                if g < 0:
+                    break
+                t = nx[g]
+                cur = 0
+                if h.req_start <= act[g] < CORPUS_BASE:
+                    cur = 1
+                p = p * self._estimate(stat_cell(cnt, n_act, best + k, static_class(st, a2, a1, t), kind, cur))
+                if p < self.threshold:
+                    break
+                d = append(d, t)
+                a2 = a1
+                a1 = t
+                k += 1
+                n_kept: i64 = 0
+                for i in range(n_act):
+                    if nx[i] == t:
+                        act[n_kept] = act[i]
+                        n_kept += 1
+                n_act = n_kept
+            add_branch(tree, d, branches)
+
 
 def replay_hybrid_core(
     toks: vec[i32],
@@ -1294,8 +1560,14 @@ def replay_hybrid_core(
     state: HybridState,
     progress: Callable[[int, int], None] | None,
     total: i64,
+    branches: i64 = 1,
 ) -> tuple[i64, i64, i64, float]:
-    """The replay loop of ``_core.replay_core`` with hybrid drafts; (n_drafted, n_accept, n_steps, t)."""
+    """The replay loop of ``_core.replay_core`` with hybrid drafts; (n_drafted, n_accept, n_steps, t).
+
+    ``branches`` > 1: tree drafts (:meth:`HybridState.propose_tree`); a step accepts the longest
+    prefix any branch shares with the text (what a tree verifier accepts) and is observed as
+    branch 0's; ``n_drafted`` counts the trees' distinct nodes.
+    """
     import time
 
     ctx = NgramCache()
@@ -1322,9 +1594,16 @@ def replay_hybrid_core(
             base = i64(len(tail))
             if pos >= 2:
                 tail = draft_core(tail, pos, n_draft, NGRAM_MIN, NGRAM_MAX, ctx, dyn, st)
-            tail = state._suffix(tail, base, n_draft, own, st)
-            nd = i64(len(tail)) - base
-            n_drafted += nd
+            obs: i64 = -1  # what the policy observes: the accepted count, or branch 0's share of it
+            if branches > 1:
+                tree = state._tree_step(tail, base, n_draft, own, st, branches)
+                n_drafted += tree_nodes(tree)
+                tail, obs = tree_path(tree, toks, i_start + pos, n_ctx - pos, tail, base)
+                nd = i64(len(tail)) - base
+            else:
+                tail = state._suffix(tail, base, n_draft, own, st)
+                nd = i64(len(tail)) - base
+                n_drafted += nd
             acc: i64 = 0
             while acc < nd and pos < n_ctx:
                 if toks[i_start + pos] != tail[base + acc]:
@@ -1334,7 +1613,9 @@ def replay_hybrid_core(
                 pos += 1
                 ctx._update_at(toks, i_start, pos, 1, NGRAM_MIN, NGRAM_MAX)
                 state._push_token(toks[i_start + pos - 1])
-            state._observe(acc)
+            if obs < 0:
+                obs = acc
+            state._observe(obs)
             if pos < n_ctx:
                 pos += 1
                 ctx._update_at(toks, i_start, pos, 1, NGRAM_MIN, NGRAM_MAX)
@@ -1360,13 +1641,16 @@ def replay(
     progress: Callable[[int, int], None] | None = None,
     policy: str = "llama",
     history: object = None,
+    branches: int = 1,
 ) -> ReplayResult:
     """Replay ``tokens`` as llama-lookup-stats does and return the counts and timings.
 
     ``policy`` is ``"llama"`` (llama.cpp's rule, exact) or ``"hybrid"`` (llama.cpp's drafts,
     then a suffix match over the chunks replayed so far: ``lookupdec.fast._hybrid``);
     ``history`` is the hybrid policy's ``SuffixHistory`` (a fresh one if None; kept and
-    grown when given, like ``nc_dynamic``).
+    grown when given, like ``nc_dynamic``). ``branches`` > 1 (hybrid only) replays tree drafts
+    (:meth:`HybridState.propose_tree`): a step accepts the longest prefix any branch shares with
+    the text, and ``n_drafted`` counts the trees' distinct nodes.
 
     The tokens are cut into chunks of ``n_ctx`` while ``i_start + n_ctx < len(tokens)``
     (so a last chunk that ends exactly at the end is dropped too, as in llama.cpp).
@@ -1381,6 +1665,7 @@ def replay(
     if n_draft < 0:
         raise ValueError(f"n_draft must be >= 0, got {n_draft}")
     check_policy(policy)
+    check_branches(branches, policy)
     st = require_static_source(nc_static)
     dyn = require_cache(nc_dynamic, "nc_dynamic") if nc_dynamic is not None else NgramCache()
     total = len(tokens)
@@ -1395,7 +1680,7 @@ def replay(
             raise TypeError(f"history must be a fast SuffixHistory, not {type(history).__name__}")
         state = HybridState(history)
         n_drafted, n_accept, n_steps, t_draft = replay_hybrid_core(
-            toks, n_ctx, n_draft, st, dyn, state, progress, total
+            toks, n_ctx, n_draft, st, dyn, state, progress, total, branches
         )
     else:
         n_drafted, n_accept, n_steps, t_draft = replay_core(toks, n_ctx, n_draft, st, dyn, progress, total)
@@ -1409,4 +1694,5 @@ def replay(
         t_draft_s=t_draft,
         n_steps=int(n_steps),
         policy=policy,
+        branches=branches,
     )
