@@ -218,36 +218,84 @@ KIND_STRIDE: Final[i64] = N_STATIC * N_CLASS * N_CUR * N_LEN
 """Cells of one kind of suffix draft: a cell at or above this is of kind 1 (see :func:`stat_cell`)."""
 
 
-def tree_vote(nx: vec[i32], n: i64, skip: vec[i32]) -> tuple[i64, i64]:
-    """The most frequent token of ``nx[:n]`` that is neither -1 nor in ``skip``: (the index of its
-    first occurrence, its count); (-1, 0) when there is none. A tie goes to the token that occurs
-    first (the newest candidate's), as in :meth:`HybridState._follow`'s vote."""
-    best_f: i64 = -1
-    best_c: i64 = 0
-    for i in range(n):
-        t = nx[i]
-        if t == SEP:
-            continue
-        fresh = True
-        for j in range(len(skip)):
-            if skip[j] == t:
-                fresh = False
-                break
-        j2: i64 = 0
-        while fresh and j2 < i:
-            if nx[j2] == t:
-                fresh = False  # counted at its first occurrence
-            j2 += 1
-        if not fresh:
-            continue
-        c: i64 = 1
-        for j in range(i + 1, n):
-            if nx[j] == t:
-                c += 1
-        if c > best_c:
-            best_c = c
-            best_f = i
-    return best_f, best_c
+class TreeVotes:
+    """The tree's votes among candidates' next tokens: per token its count and first candidate.
+
+    An open-addressing table whose slots are live only with the current stamp, as
+    :meth:`HybridState._follow`'s vote (O(candidates) per vote), but a table of its own: the
+    tree code shares no scratch with the linear policy's.
+    """
+
+    key: vec[i32]
+    cnt: vec[i64]
+    first: vec[i64]
+    live: vec[i64]
+    slot: vec[i64]
+    mask: i64
+    stamp: i64
+
+    def __init__(self) -> None:
+        self.key = vec[i32]()
+        self.cnt = vec[i64]()
+        self.first = vec[i64]()
+        self.live = vec[i64]()
+        self.slot = vec[i64]()
+        self.mask = -1
+        self.stamp = 0
+
+    def tally(self, nx: vec[i32], n: i64) -> None:
+        """Count the tokens of ``nx[:n]`` (-1 is no token)."""
+        if 2 * n > self.mask + 1:
+            size: i64 = 128
+            while size < 2 * n:
+                size *= 2
+            self.key = filled_i32(size, SEP)
+            self.cnt = zeros_i64(size)
+            self.first = zeros_i64(size)
+            self.live = zeros_i64(size)
+            self.slot = zeros_i64(size)
+            self.mask = size - 1
+        self.stamp += 1
+        stamp = self.stamp
+        key = self.key
+        live = self.live
+        mask = self.mask
+        for i in range(n):
+            t = nx[i]
+            if t == SEP:
+                self.slot[i] = -1
+                continue
+            g = ((i64(t) * VOTE_HASH) >> 16) & mask  # t < 2^31: no overflow
+            while live[g] == stamp and key[g] != t:
+                g = (g + 1) & mask
+            if live[g] != stamp:
+                live[g] = stamp
+                key[g] = t
+                self.cnt[g] = 1
+                self.first[g] = i
+            else:
+                self.cnt[g] += 1
+            self.slot[i] = g
+
+    def best(self, nx: vec[i32], n: i64, skip: vec[i32]) -> tuple[i64, i64]:
+        """After :meth:`tally` of ``nx[:n]``: the most frequent token not in ``skip`` as (the index of
+        its first occurrence, its count), (-1, 0) if none; a tie goes to the one occurring first
+        (the newest candidate's), as in :meth:`HybridState._follow`'s vote."""
+        best_f: i64 = -1
+        best_c: i64 = 0
+        for i in range(n):
+            g = self.slot[i]
+            if g < 0 or self.first[g] != i or self.cnt[g] <= best_c:
+                continue
+            t = nx[i]
+            skipped = False
+            for j in range(len(skip)):
+                if skip[j] == t:
+                    skipped = True
+            if not skipped:
+                best_c = self.cnt[g]
+                best_f = i
+        return best_f, best_c
 
 
 def add_branch(tree: list[vec[i32]], v: vec[i32], branches: i64) -> None:
@@ -978,6 +1026,7 @@ class HybridState:
     match_slack: i64
     target_waste10: i64
     balance: i64
+    tree_votes: TreeVotes | None
 
     def __init__(
         self,
@@ -1012,6 +1061,7 @@ class HybridState:
         self.last_llama = 0
         self.last_suffix = 0
         self.last_cells = vec[i64]()
+        self.tree_votes = None  # made by the first tree proposal
 
     def begin_request(self) -> None:
         """Start a new request (the previous one stays in the history)."""
@@ -1496,17 +1546,30 @@ class HybridState:
         h._next_tokens(act0, n0, 0, nx0)
         b2 = h._query_at(q, 1)
         b1 = h._query_at(q, 0)
+        votes = self.tree_votes
+        if votes is None:
+            votes = TreeVotes()
+            self.tree_votes = votes
+        votes.tally(nx0, n0)
+        # The runner-ups first (the continuations' votes reuse the table): most votes first.
         taken = vec[i32]()
         taken = append(taken, b0[m])
-        none = vec[i32]()
+        picks = vec[i64]()
+        counts = vec[i64]()
         for _r in range(branches - 1):  # ``_r``, not ``_``: see _core.filled_i32
-            if i64(len(tree)) >= branches:
-                break
-            f, c = tree_vote(nx0, n0, taken)
+            f, c = votes.best(nx0, n0, taken)
             if f < 0:
                 break
+            taken = append(taken, nx0[f])
+            picks = append(picks, f)
+            counts = append(counts, c)
+        none = vec[i32]()
+        for ri in range(len(picks)):
+            if i64(len(tree)) >= branches:
+                break
+            f = picks[ri]
+            c = counts[ri]
             r = nx0[f]
-            taken = append(taken, r)
             cur: i64 = 0  # an if statement, not a conditional expression: see replay_core
             if h.req_start <= act0[f] < CORPUS_BASE:
                 cur = 1
@@ -1528,7 +1591,8 @@ class HybridState:
             k: i64 = 1
             while k < n_max:
                 h._next_tokens(act, n_act, k, nx)
-                g, cnt = tree_vote(nx, n_act, none)
+                votes.tally(nx, n_act)
+                g, cnt = votes.best(nx, n_act, none)
                 if g < 0:
                     break
                 t = nx[g]
