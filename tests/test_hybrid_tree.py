@@ -349,6 +349,62 @@ class TestRequestTreeFast(FastImpl, RequestTreeTests):
     pass
 
 
+def drive_tree(drafter: Any, tokens: list[int], n_ctx: int, branches: int) -> None:
+    """Drive ``drafter`` over ``tokens`` as llama-lookup-stats does (see tests/test_drafter.py's
+    ``drive``), with tree proposals: the "model" (the text) accepts the longest branch prefix."""
+    i_start = 0
+    while i_start + n_ctx < len(tokens):
+        chunk = tokens[i_start : i_start + n_ctx]
+        with drafter.request(chunk[:1]) as req:
+            while len(req.tokens) < n_ctx:
+                tree = req.propose_tree(branches=branches)
+                pos = len(req.tokens)
+                truth = chunk[pos:]
+                committed = truth[: max((common_prefix(b, truth) for b in tree), default=0) + 1]
+                req.extend(committed)
+        i_start += n_ctx
+
+
+@pytest.mark.parametrize("impl", ["fast", pytest.param("reference", marks=pytest.mark.slow)])
+def test_drafter_gives_the_tree_replay_counts(impl: str) -> None:
+    m = fast_impl() if impl == "fast" else ref
+    tokens = ids(DEMO_DATA / "wiki.test.demo.llama3.bin", 2500)
+    static = m.build_static(ids(DEMO_DATA / "enwiki_wt.demo.llama3.bin", 10000))
+    drafter = m.Drafter(static=static, policy="hybrid")
+    drive_tree(drafter, tokens, 800, 3)
+    r = m.replay(tokens, 800, 8, static, None, None, "hybrid", None, 3)
+    assert (drafter.stats.n_drafted, drafter.stats.n_accept) == (r.n_drafted, r.n_accept)
+    assert r.n_accept > m.replay(tokens, 800, 8, static, None, None, "hybrid").n_accept  # the trees were used
+
+
+def test_open_requests_branch0_is_propose() -> None:
+    # Two requests open at once: the second is not the history's and drafts detached. A tree
+    # Drafter and a linear one fed the same committed tokens propose the same branch 0.
+    fast = fast_impl()
+    text = ids(DEMO_DATA / "wiki.test.demo.llama3.bin", 1200)
+    tree_d, lin_d = fast.Drafter(policy="hybrid"), fast.Drafter(policy="hybrid")
+    with tree_d.request(text[:300]), lin_d.request(text[:300]):
+        pass  # an earlier request in both histories
+    parts = [text[300:700], text[700:1200]]
+    reqs = [(tree_d.request(p[:20]), lin_d.request(p[:20]), p) for p in parts]
+    gained = 0
+    for _step in range(60):
+        for rt, rl, part in reqs:
+            tree = rt.propose_tree(branches=3)
+            linear = rl.propose()
+            assert (tree[0] if tree else []) == linear
+            check_tree(tree, 3)
+            truth = part[len(rt.tokens) :]
+            n = max((common_prefix(b, truth) for b in tree), default=0)
+            gained += n > common_prefix(linear, truth)
+            rt.extend(truth[: n + 1])
+            rl.extend(truth[: n + 1])
+    for rt, rl, _ in reqs:
+        rt.end()
+        rl.end()
+    assert gained > 0
+
+
 # --- the command line --------------------------------------------------------------------------
 
 
