@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Protocol, cast
 
 from lookupdec._shared_file import merge_into_file
 from lookupdec.errors import RequestClosedError, VocabularyError
+from lookupdec.result import common_prefix, tree_nodes
 
 INT32_MAX = 2**31 - 1
 POLICIES = ("llama", "hybrid")
@@ -418,6 +419,7 @@ class Request:
         "_proposal",
         "_step",
         "_tokens",
+        "_tree",
         "n_accept",
         "n_drafted",
     )
@@ -433,6 +435,9 @@ class Request:
         self._matched = -1  # proposal tokens confirmed so far; -1: no live proposal
         self._observing = False  # the hybrid policy awaits how much of the proposal was accepted
         self._step: Any = None  # the hybrid policy's bookkeeping of that proposal (HybridState.last_step)
+        # propose_tree's branches still agreeing with what extend committed (None: a linear
+        # proposal); _proposal is then branch 0, the one the hybrid policy observes
+        self._tree: list[list[int]] | None = None
         self.n_drafted = 0
         """Tokens this request proposed."""
         self.n_accept = 0
@@ -471,7 +476,7 @@ class Request:
         observing = False
         if state is not None:
             if self._observing:  # the last proposal's verdict never came: what extend confirmed
-                self._observe(self._matched)
+                self._observe(self._observed_prefix())
             if d._hybrid_owner is None:
                 d._claim_history(self)
             observing = bool(tokens)
@@ -501,12 +506,68 @@ class Request:
             else:
                 state.observe(0)  # nothing to verify: the step is over
         self._proposal = proposal
+        self._tree = None
         self._matched = 0
         self.n_drafted += len(proposal)
         tally = d._tally
         tally.proposals += 1
         tally.n_drafted += len(proposal)
         return proposal
+
+    def propose_tree(self, k: int | None = None, branches: int = 3, stop: Collection[int] = ()) -> list[list[int]]:
+        """Up to ``branches`` drafts of up to ``k`` tokens, for an engine that verifies a tree (hybrid policy).
+
+        The first branch is exactly what :meth:`propose` would return; the others are
+        alternatives (``HybridState.propose_tree``): none empty, none a prefix of another, so
+        together they form a tree whose root is :attr:`tokens`' last token. ``[]`` when
+        :meth:`propose` would draft nothing. Each branch is cut before its first token in
+        ``stop`` (branches left empty or a prefix of another are dropped; all of them when branch
+        0 is left empty). The tree's distinct nodes count as drafted; the next :meth:`extend`
+        calls confirm along whichever branch matches the committed ids longest and count those
+        tokens as accepted. The hybrid policy learns as if only branch 0 had been proposed (its
+        common prefix with the accepted tokens), so branch 0 stays the linear policy's draft.
+        """
+        context = self._context
+        if context is None:
+            raise RequestClosedError("propose_tree() on a request that has ended")
+        d = self._drafter
+        state = d._hybrid
+        if state is None:
+            raise ValueError("propose_tree() needs a Drafter(policy='hybrid'): llama.cpp's rule drafts one branch")
+        n = d.n_draft if k is None else operator.index(k)
+        if n < 0:
+            raise ValueError(f"k must be >= 0, got {n}")
+        if operator.index(branches) < 1:
+            raise ValueError(f"branches must be >= 1, got {branches}")
+        tokens = self._tokens
+        if self._observing:  # the last proposal's verdict never came: what extend confirmed
+            self._observe(self._observed_prefix())
+        if d._hybrid_owner is None:
+            d._claim_history(self)
+        tree: list[list[int]] = []
+        if tokens:
+            detached = d._hybrid_owner is not self  # as in propose: it matches its own last tokens
+            tree = state.propose_tree(tokens, n, context, d._dynamic, d._static, branches, detached)
+            drafted_len = len(tree[0]) if tree else 0
+            if stop:
+                tree = _cut_tree(tree, stop)
+            first = len(tree[0]) if tree else 0
+            if first < drafted_len:
+                state.truncate(first)
+            if tree:
+                self._observing = True
+                self._step = state.last_step()  # other requests may propose before the verdict
+            else:
+                state.observe(0)  # nothing to verify: the step is over
+        self._proposal = tree[0] if tree else []
+        self._tree = tree if tree else None  # nothing drafted: extend treats it as an empty proposal
+        self._matched = 0
+        nodes = tree_nodes(tree)
+        self.n_drafted += nodes
+        tally = d._tally
+        tally.proposals += 1
+        tally.n_drafted += nodes
+        return [list(b) for b in tree]  # copies: the request keeps its own
 
     def extend(self, ids: Iterable[int]) -> None:
         """Commit ``ids``: the accepted part of the last proposal and the model's own token(s).
@@ -531,7 +592,9 @@ class Request:
                 d._check_ids(new, "token")
                 break
         matched = self._matched
-        if matched >= 0:
+        if matched >= 0 and self._tree is not None:
+            self._extend_tree(new)
+        elif matched >= 0:
             proposal = self._proposal
             accepted = 0
             confirmed = matched
@@ -560,12 +623,44 @@ class Request:
         d = self._drafter
         if d._hybrid is not None:
             if self._observing:
-                self._observe(self._matched)
+                self._observe(self._observed_prefix())
             d._history_end(self)
         self._context = None
         self._proposal = []
         self._matched = -1
         d._end(context)
+
+    def _extend_tree(self, new: list[int]) -> None:
+        """:meth:`extend`'s confirmation for a tree proposal: along the branches that match longest."""
+        tree = self._tree
+        assert tree is not None
+        matched = self._matched
+        accepted = 0
+        for b in tree:
+            a = common_prefix(b[matched:], new)
+            if a > accepted:
+                accepted = a
+        # Live on: the branches that confirmed every new id and go on past them.
+        live = [b for b in tree if len(b) > matched + len(new) and common_prefix(b[matched:], new) == len(new)]
+        if accepted == len(new) and live:
+            self._matched = matched + accepted
+            self._tree = live
+        else:
+            self._matched = -1
+            self._tree = [max(tree, key=lambda b: common_prefix(b[matched:], new))[: matched + accepted]]
+        self.n_accept += accepted
+        self._drafter._tally.n_accept += accepted
+        if self._observing and self._matched < 0:
+            self._observe(self._observed_prefix())  # the verdict: branch 0's share of the accepted tokens
+
+    def _observed_prefix(self) -> int:
+        """How many of the tokens confirmed so far branch 0 (the proposal the policy observes) shares."""
+        tree = self._tree
+        if tree is None:
+            return self._matched
+        if self._matched >= 0:  # live: the live branches' first _matched tokens are the confirmed ones
+            return common_prefix(self._proposal, tree[0][: self._matched])
+        return common_prefix(self._proposal, tree[0])  # ended: tree[0] is the accepted path
 
     def _observe(self, n_accepted: int) -> None:
         """Tell the hybrid policy that ``n_accepted`` tokens of this request's proposal were accepted."""
@@ -586,3 +681,17 @@ class Request:
     def __repr__(self) -> str:
         state = "ended" if self._context is None else "open"
         return f"<Request {state} tokens={len(self._tokens)} drafted={self.n_drafted} accepted={self.n_accept}>"
+
+
+def _cut_tree(tree: list[list[int]], stop: Collection[int]) -> list[list[int]]:
+    """``tree``'s branches cut before their first token in ``stop``, dropping those left empty or
+    a prefix of (or prefixed by) one kept before; nothing when branch 0 is left empty."""
+    kept: list[list[int]] = []
+    for b in tree:
+        cut = next((i for i, t in enumerate(b) if t in stop), len(b))
+        b = b[:cut]
+        if not kept and not b:
+            return []
+        if b and all(common_prefix(b, o) < min(len(b), len(o)) for o in kept):
+            kept.append(b)
+    return kept

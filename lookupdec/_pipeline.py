@@ -277,13 +277,15 @@ def replay_stats(
     progress: ProgressCallback | None = None,
     policy: str = "llama",
     corpus: Sequence[int] | str | None = None,
+    branches: int = 1,
 ) -> dict[str, Any]:
     """Load the caches, replay ``tokens`` like llama-lookup-stats, and return the ``stats --json`` fields.
 
     ``corpus`` (hybrid only): the path of a corpus file (memory-mapped; with ``in_memory``
     read into memory like the static file, by the fast path) or token ids (built in memory) the
     hybrid policy's history holds first (what ``Drafter(policy="hybrid", corpus=...)`` does; not
-    timed in ``t_draft``: ``t_corpus_ms``).
+    timed in ``t_draft``: ``t_corpus_ms``). ``branches`` > 1 (hybrid only): tree drafts,
+    ``n_drafted`` then counting the trees' distinct nodes (see ``replay``).
     """
     from lookupdec.formats import detect_format
 
@@ -304,10 +306,14 @@ def replay_stats(
             history.add_corpus(corpus)  # a path: mapped in O(1); ids: built in memory
     t_corpus = time.perf_counter() - t0
     corpus_tokens = history.corpus_tokens() if history is not None else None
-    result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress, policy, history)
+    if branches > 1:
+        result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress, policy, history, branches)
+    else:  # the call as before tree drafts: implementations without them (e.g. perf's peers) still replay
+        result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress, policy, history)
     t_draft = result.t_draft_s
     return {
         "policy": result.policy,
+        "branches": branches,
         "n_tokens": result.n_tokens,
         "n_ctx": result.n_ctx,
         "n_draft": result.n_draft,

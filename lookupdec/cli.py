@@ -345,6 +345,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
     require_file(args.replay, "replay text")
     if args.static is not None:
         require_file(args.static, "static cache, -lcs")
+    if args.branches < 1:
+        raise UsageError(f"--branches must be >= 1, got {args.branches}")
+    if args.branches > 1 and args.policy != "hybrid":
+        raise UsageError(
+            f"--branches {args.branches}: tree drafts are the hybrid policy's (llama.cpp's rule drafts one branch): "
+            "give it with --policy hybrid"
+        )
     if args.corpus is not None:
         if args.policy != "hybrid":
             raise UsageError("--corpus is matched by the hybrid policy: give it with --policy hybrid")
@@ -377,6 +384,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             progress=progress,
             policy=args.policy,
             corpus=corpus,
+            branches=args.branches,
         )
     stats["replay"] = args.replay
     stats["corpus"] = args.corpus
@@ -406,9 +414,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         f"impl         = {stats['impl']} (compiled: {'yes' if stats['compiled'] else 'no'}), "
         f"peak RSS {stats['peak_rss_mb']:.1f} MB"
     )
+    tree = f", trees of up to {args.branches} branches (n_drafted: their nodes)" if args.branches > 1 else ""
     print(
         f"policy       = {stats['policy']}: {stats['n_steps']} steps, {stats['tokens_per_step']:.4f} tokens "
-        f"per step, {stats['wasted_per_step']:.3f} wasted drafts per step"
+        f"per step, {stats['wasted_per_step']:.3f} wasted drafts per step{tree}"
     )
     return EXIT_OK
 
@@ -821,6 +830,7 @@ def build_parser() -> argparse.ArgumentParser:
             lookupdec stats wiki.test.raw --tokenizer tokenizer.json -lcs static.bin --json
             lookupdec stats wiki.test.raw.llama3.bin -lcs enwiki.lkdc --policy hybrid --json
             lookupdec stats wiki.test.raw.llama3.bin -lcs enwiki.lkdc --policy hybrid --corpus enwiki.lkcorpus
+            lookupdec stats wiki.test.raw.llama3.bin -lcs enwiki.lkdc --policy hybrid --branches 3  # tree drafts
             """,
         func=cmd_stats,
     )
@@ -840,6 +850,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="drafting policy: 'llama' is llama.cpp's rule, exactly (default); 'hybrid' continues its drafts "
         "with the longest suffix match over the chunks replayed so far (more tokens per step, more drafted; "
         "see README 'The hybrid policy')",
+    )  # fmt: skip
+    p.add_argument(
+        "--branches", type=int, default=1, metavar="N",
+        help="hybrid only: draft a tree of up to N branches per step, for engines that verify trees "
+        "(default 1: one draft, as a linear verifier takes). Branch 0 is the linear draft; the others are "
+        "alternatives (llama.cpp's own draft where the policy cut or replaced it, the suffix match's "
+        "runner-up continuations, the suffix-only draft). A step accepts the longest prefix any branch "
+        "shares with the text; n_drafted counts the tree's distinct nodes (shared prefixes once). "
+        "The policy learns from branch 0 alone, so its drafts are the linear policy's",
     )  # fmt: skip
     p.add_argument(
         "--corpus", metavar="CORPUS",

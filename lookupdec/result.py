@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -13,7 +14,10 @@ class ReplayResult:
     ``t_draft_s`` covers the draft calls and the context-cache updates, as llama.cpp's
     ``t_draft`` does; loading caches is timed by the caller. ``n_steps`` counts verification
     steps (iterations of the loop, including each chunk's first one, which cannot draft);
-    ``policy`` is the drafting policy replayed.
+    ``policy`` is the drafting policy replayed; ``branches`` the most branches of a step's
+    draft (1: one linear draft; more: tree drafts of the hybrid policy, each step accepting the
+    longest prefix any branch shares with the text, and ``n_drafted`` counting the trees'
+    distinct nodes, shared prefixes once).
     """
 
     n_ctx: int
@@ -25,6 +29,7 @@ class ReplayResult:
     t_draft_s: float
     n_steps: int = 0
     policy: str = "llama"
+    branches: int = 1
 
     @property
     def tokens_per_step(self) -> float:
@@ -60,3 +65,28 @@ class ReplayResult:
         d["wasted_per_step"] = self.wasted_per_step
         d["us_per_step"] = 1e6 * self.t_draft_s / self.n_steps if self.n_steps else 0.0
         return d
+
+
+def check_branches(branches: int, policy: str) -> None:
+    """Raise ValueError unless ``branches`` >= 1, and 1 unless ``policy`` is ``"hybrid"`` (the
+    only policy with tree drafts)."""
+    if branches < 1:
+        raise ValueError(f"branches must be >= 1, got {branches}")
+    if branches > 1 and policy != "hybrid":
+        raise ValueError(f"tree drafts (branches={branches}) need policy='hybrid', not {policy!r}")
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many first tokens ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def tree_nodes(tree: Sequence[Sequence[int]]) -> int:
+    """Distinct nodes of the tree that the branches ``tree`` form (shared prefixes counted once):
+    the drafted tokens a tree verifier evaluates."""
+    return sum(len(b) - max((common_prefix(b, o) for o in tree[:i]), default=0) for i, b in enumerate(tree))

@@ -16,11 +16,17 @@ llama.cpp times ``t_draft``).
     python -m perf policy --sets wikitext --repeats 5 --json results/policy.json
     python -m perf policy --corpus-history   # adds "hybrid+corpus": the static corpus preloaded in the history
     python -m perf policy --sets wikitext --corpus-history --trees ../old,. --rounds 4   # two checkouts side by side
+    python -m perf policy --sets wikitext --branches 2,3   # adds "hybrid/b2", "hybrid/b3": tree drafts
 
 ``--corpus-history`` gives the hybrid policy the static index's corpus: a ``SuffixHistory``
 holding it (``add_corpus(ids)``: the corpus file's structure built in memory, the same drafts as
 the file ``create --corpus-out`` writes) before the replay, ``replay(..., policy="hybrid",
 history=...)``; its build time is not timed.
+
+``--branches N,...`` adds the hybrid policy's tree drafts of up to N branches (``replay(...,
+branches=N)``: a step accepts the longest prefix any branch shares with the text, *drafted*
+counts the trees' distinct nodes), interleaved with the other variants; with
+``--corpus-history`` also ``hybrid+corpus/bN``.
 
 ``--trees A,B,...`` compares checkouts (each built in place: ``setup.py build_ext --inplace``)
 side by side: every round runs this script once per tree in a fresh process (this checkout's
@@ -48,8 +54,6 @@ import numpy as np
 
 from perf._common import N_CTX, N_DRAFT, REPLAY_FILE, STATIC_FILE, data_dir
 
-POLICIES = ("llama", "hybrid")
-
 
 def read_tokens(path: Path) -> list[int]:
     """A raw little-endian int32 token file as a list."""
@@ -73,16 +77,27 @@ def corpus_history(fast: Any, corpus: list[int]) -> Any:
 
 
 def run_set(
-    fast: Any, name: str, replay: list[int], static: Any, repeats: int, corpus: list[int] | None = None
+    fast: Any,
+    name: str,
+    replay: list[int],
+    static: Any,
+    repeats: int,
+    corpus: list[int] | None = None,
+    branches: Sequence[int] = (),
 ) -> list[dict[str, Any]]:
-    variants = [*POLICIES, "hybrid+corpus"] if corpus is not None else list(POLICIES)
+    hybrids = ["hybrid", "hybrid+corpus"] if corpus is not None else ["hybrid"]
+    variants = ["llama", *hybrids, *(f"{h}/b{b}" for h in hybrids for b in branches)]
     times: dict[str, list[float]] = {p: [] for p in variants}
     last: dict[str, Any] = {}
     for _ in range(repeats):
         for variant in variants:  # interleaved: every variant sees the same machine load
-            if variant == "hybrid+corpus":
+            policy, _, b = variant.partition("/b")
+            tree = (int(b),) if b else ()  # the call without branches where there are none (old trees too)
+            if policy == "hybrid+corpus":
                 history = corpus_history(fast, corpus or [])
-                r = fast.replay(replay, N_CTX, N_DRAFT, static, None, None, "hybrid", history)
+                r = fast.replay(replay, N_CTX, N_DRAFT, static, None, None, "hybrid", history, *tree)
+            elif policy == "hybrid":
+                r = fast.replay(replay, N_CTX, N_DRAFT, static, None, None, policy, None, *tree)
             else:
                 r = fast.replay(replay, N_CTX, N_DRAFT, static, None, None, variant)
             times[variant].append(1e6 * r.t_draft_s / r.n_steps)
@@ -174,6 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--corpus-history", action="store_true", help="also replay with the static corpus preloaded in the history"
     )
+    p.add_argument(
+        "--branches", metavar="N,...", default="", help="also the hybrid policy's tree drafts of up to N branches"
+    )
     p.add_argument("--trees", metavar="A,B", help="compare built checkouts side by side (see above)")
     p.add_argument("--rounds", type=int, default=4, help="with --trees: processes per tree, interleaved (default 4)")
     args = p.parse_args(argv)
@@ -183,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         inner = ["--sets", args.sets, "--repeats", str(args.repeats)]
         if args.corpus_history:
             inner.append("--corpus-history")
+        if args.branches:
+            inner += ["--branches", args.branches]
         return compare_trees(trees, args.rounds, inner, cache)
 
     from lookupdec import fast
@@ -199,17 +219,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = Path(args.cache_dir) if args.cache_dir else Path(tempfile.mkdtemp(prefix="lookupdec-policy-"))
     cache.mkdir(parents=True, exist_ok=True)
     corpus = read_tokens(d / STATIC_FILE)
+    branches = [int(b) for b in args.branches.split(",") if b]
+    if any(b < 2 for b in branches):
+        p.error(f"--branches {args.branches}: tree drafts have at least 2 branches (1 is the hybrid policy's row)")
     rows: list[dict[str, Any]] = []
     for name in args.sets.split(","):
         if name == "wikitext":
             static = static_index(fast, corpus, cache / "enwiki_wt.10M.lkdc")
             extra = corpus if args.corpus_history else None
-            rows += run_set(fast, name, read_tokens(d / REPLAY_FILE), static, args.repeats, extra)
+            rows += run_set(fast, name, read_tokens(d / REPLAY_FILE), static, args.repeats, extra, branches)
         elif name == "heldout":
             half = len(corpus) // 2
             static = static_index(fast, corpus[:half], cache / "enwiki_wt.10M.first-half.lkdc")
             extra = corpus[:half] if args.corpus_history else None
-            rows += run_set(fast, name, corpus[half:], static, args.repeats, extra)
+            rows += run_set(fast, name, corpus[half:], static, args.repeats, extra, branches)
         else:
             p.error(f"unknown set {name!r}")
     print("| set | policy | tokens/step | vs llama | accepted | drafted | wasted/step | µs/step (median) |")

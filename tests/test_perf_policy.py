@@ -55,3 +55,16 @@ def test_trees_end_to_end(tmp_path: Path) -> None:
 
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def test_run_set_replays_tree_drafts() -> None:
+    # --branches: the tree variants interleaved with the others, their counts the replay's
+    from tests.conftest import fast_impl
+
+    fast = fast_impl()
+    tokens = np.fromfile(DEMO_DATA / "wiki.test.demo.llama3.bin", dtype="<i4")[:9000].tolist()
+    got = bench_policy.run_set(fast, "demo", tokens, None, 1, None, [3])
+    assert [r["policy"] for r in got] == ["llama", "hybrid", "hybrid/b3"]
+    r = fast.replay(tokens, 4096, 8, None, None, None, "hybrid", None, 3)
+    assert (got[2]["n_steps"], got[2]["n_accept"], got[2]["n_drafted"]) == (r.n_steps, r.n_accept, r.n_drafted)
+    assert got[2]["n_accept"] != got[1]["n_accept"]

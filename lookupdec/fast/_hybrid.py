@@ -70,7 +70,7 @@ from lookupdec.fast._core import (
 )
 from lookupdec.fast._corpus import HEADER_SIZE as CORPUS_IDS
 from lookupdec.fast._corpus import CorpusIndex, slots_for
-from lookupdec.result import ReplayResult
+from lookupdec.result import ReplayResult, check_branches
 
 SEP: Final[i32] = -1
 """Separator written before every request in the history stream (never matched)."""
@@ -212,6 +212,157 @@ def match_back(toks: vec[i32], qv: vec[i32], p: i64, length: i64) -> i64:
             break
         length += 1
     return length
+
+
+KIND_STRIDE: Final[i64] = N_STATIC * N_CLASS * N_CUR * N_LEN
+"""Cells of one kind of suffix draft: a cell at or above this is of kind 1 (see :func:`stat_cell`)."""
+
+
+class TreeVotes:
+    """The tree's votes among candidates' next tokens: per token its count and first candidate.
+
+    An open-addressing table whose slots are live only with the current stamp, as
+    :meth:`HybridState._follow`'s vote (O(candidates) per vote), but a table of its own: the
+    tree code shares no scratch with the linear policy's.
+    """
+
+    key: vec[i32]
+    cnt: vec[i64]
+    first: vec[i64]
+    live: vec[i64]
+    slot: vec[i64]
+    mask: i64
+    stamp: i64
+
+    def __init__(self) -> None:
+        self.key = vec[i32]()
+        self.cnt = vec[i64]()
+        self.first = vec[i64]()
+        self.live = vec[i64]()
+        self.slot = vec[i64]()
+        self.mask = -1
+        self.stamp = 0
+
+    def tally(self, nx: vec[i32], n: i64) -> None:
+        """Count the tokens of ``nx[:n]`` (-1 is no token)."""
+        if 2 * n > self.mask + 1:
+            size: i64 = 128
+            while size < 2 * n:
+                size *= 2
+            self.key = filled_i32(size, SEP)
+            self.cnt = zeros_i64(size)
+            self.first = zeros_i64(size)
+            self.live = zeros_i64(size)
+            self.slot = zeros_i64(size)
+            self.mask = size - 1
+        self.stamp += 1
+        stamp = self.stamp
+        key = self.key
+        live = self.live
+        mask = self.mask
+        for i in range(n):
+            t = nx[i]
+            if t == SEP:
+                self.slot[i] = -1
+                continue
+            g = ((i64(t) * VOTE_HASH) >> 16) & mask  # t < 2^31: no overflow
+            while live[g] == stamp and key[g] != t:
+                g = (g + 1) & mask
+            if live[g] != stamp:
+                live[g] = stamp
+                key[g] = t
+                self.cnt[g] = 1
+                self.first[g] = i
+            else:
+                self.cnt[g] += 1
+            self.slot[i] = g
+
+    def best(self, nx: vec[i32], n: i64, skip: vec[i32]) -> tuple[i64, i64]:
+        """After :meth:`tally` of ``nx[:n]``: the most frequent token not in ``skip`` as (the index of
+        its first occurrence, its count), (-1, 0) if none; a tie goes to the one occurring first
+        (the newest candidate's), as in :meth:`HybridState._follow`'s vote."""
+        best_f: i64 = -1
+        best_c: i64 = 0
+        for i in range(n):
+            g = self.slot[i]
+            if g < 0 or self.first[g] != i or self.cnt[g] <= best_c:
+                continue
+            t = nx[i]
+            skipped = False
+            for j in range(len(skip)):
+                if skip[j] == t:
+                    skipped = True
+            if not skipped:
+                best_c = self.cnt[g]
+                best_f = i
+        return best_f, best_c
+
+
+def add_branch(tree: list[vec[i32]], v: vec[i32], branches: i64) -> None:
+    """Append ``v`` to ``tree`` unless it is empty, the tree has ``branches`` branches, or ``v``
+    and a branch already there are one a prefix of the other (a tree verifier gains nothing from it)."""
+    n = i64(len(v))
+    if n == 0 or i64(len(tree)) >= branches:
+        return
+    for b in tree:
+        k = i64(len(b))
+        if n < k:
+            k = n
+        j: i64 = 0
+        while j < k and b[j] == v[j]:
+            j += 1
+        if j == k:
+            return
+    tree.append(v)
+
+
+def tree_nodes(tree: list[vec[i32]]) -> i64:
+    """Distinct nodes of the tree the branches form (shared prefixes counted once): what a tree
+    verifier evaluates."""
+    total: i64 = 0
+    for i in range(len(tree)):
+        b = tree[i]
+        shared: i64 = 0
+        for j in range(i):
+            o = tree[j]
+            k = i64(len(o))
+            if i64(len(b)) < k:
+                k = i64(len(b))
+            c: i64 = 0
+            while c < k and o[c] == b[c]:
+                c += 1
+            if c > shared:
+                shared = c
+        total += i64(len(b)) - shared
+    return total
+
+
+def tree_path(
+    tree: list[vec[i32]], toks: vec[i32], at: i64, room: i64, tail: vec[i32], base: i64
+) -> tuple[vec[i32], i64]:
+    """``tail[:base]`` followed by the branch of ``tree`` that agrees longest with the text
+    ``toks[at:at + room]`` (the first of them on a tie), and how far branch 0 agrees with it."""
+    best: i64 = -1
+    pick: i64 = 0
+    acc0: i64 = 0
+    for bi in range(len(tree)):
+        b = tree[bi]
+        a: i64 = 0
+        while a < i64(len(b)) and a < room and toks[at + a] == b[a]:
+            a += 1
+        if bi == 0:
+            acc0 = a
+        if a > best:
+            best = a
+            pick = bi
+    path = vec[i32](capacity=base + 16)
+    for j in range(base):
+        path = append(path, tail[j])
+    if len(tree) > 0:
+        b = tree[pick]
+        for j in range(len(b)):
+            path = append(path, b[j])
+    return path, acc0
 
 
 class SuffixHistory:
@@ -875,6 +1026,7 @@ class HybridState:
     match_slack: i64
     target_waste10: i64
     balance: i64
+    tree_votes: TreeVotes | None
 
     def __init__(
         self,
@@ -909,6 +1061,7 @@ class HybridState:
         self.last_llama = 0
         self.last_suffix = 0
         self.last_cells = vec[i64]()
+        self.tree_votes = None  # made by the first tree proposal
 
     def begin_request(self) -> None:
         """Start a new request (the previous one stays in the history)."""
@@ -1224,6 +1377,8 @@ class HybridState:
         nc_dynamic: NgramCache,
         nc_static: object,
         detached: bool,
+        branches: i64 = 1,
+        tree: list[list[int]] | None = None,
     ) -> list[int]:
         if n_draft < 0:
             raise ValueError(f"n_draft must be >= 0, got {n_draft}")
@@ -1253,6 +1408,10 @@ class HybridState:
                 rest = to_vec(tokens)
                 for j in range(len(rest)):
                     before = append(before, rest[j])
+        if tree is not None:  # propose_tree: branch 0 is this proposal, then the alternatives
+            for b in self._tree_step(tail, base, n_draft, before, st, branches):
+                tree.append([int(t) for t in b])
+            return tree[0] if tree else []
         tail = self._suffix(tail, base, n_draft, before, st)
         return [int(tail[j]) for j in range(base, len(tail))]
 
@@ -1284,6 +1443,177 @@ class HybridState:
             self.history.extend(committed)
             self.seen += len(committed)
 
+    def propose_tree(
+        self,
+        tokens: Sequence[int],
+        n_draft: int,
+        nc_context: NgramCache,
+        nc_dynamic: NgramCache,
+        nc_static: object = None,
+        branches: int = 3,
+        detached: bool = False,
+    ) -> list[list[int]]:
+        """Up to ``branches`` drafts after ``tokens``, for an engine that verifies them as a tree.
+
+        The first is exactly :meth:`propose`'s (:meth:`propose_detached`'s with ``detached``)
+        proposal; the others are alternatives, none empty and none a prefix of another branch
+        (nor one of them a prefix of it), in this order while there is room: llama.cpp's own
+        draft where the policy trimmed or replaced it; the runner-ups of the vote that chose the
+        first suffix-match token (branch 0's tokens before it, the runner-up, and its own
+        continuation while the running estimate stays at or above the threshold); the
+        suffix-only draft, when llama.cpp's tokens were kept. ``[]`` when :meth:`propose` would
+        draft nothing.
+
+        Learning stays linear: observe the step as if only branch 0 had been proposed, with
+        :meth:`observe` ``(n)``, ``n`` the length of the accepted tokens' common prefix with
+        branch 0. The state then evolves as the linear policy's would on the same committed
+        tokens, so branch 0 is, step by step, what :meth:`propose` returns, and a tree verifier
+        accepts at least as much per step as one verifying branch 0 alone.
+        """
+        if branches < 1:
+            raise ValueError(f"branches must be >= 1, got {branches}")
+        tree: list[list[int]] = []
+        self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached, branches, tree)
+        return tree
+
+    def _tree_step(
+        self, tail: vec[i32], base: i64, n_draft: i64, before: vec[i32], st: StaticSource, branches: i64
+    ) -> list[vec[i32]]:
+        """The branches of one tree proposal (see :meth:`propose_tree`) from llama.cpp's draft
+        ``tail[base:]``: branch 0 is :meth:`_suffix`'s, and its bookkeeping is the step's."""
+        m_full = i64(len(tail)) - base
+        llama = vec[i32](capacity=m_full)
+        for j in range(base, base + m_full):
+            llama = append(llama, tail[j])
+        tail = self._suffix(tail, base, n_draft, before, st)
+        b0 = vec[i32](capacity=n_draft)
+        for j in range(base, len(tail)):
+            b0 = append(b0, tail[j])
+        tree: list[vec[i32]] = []
+        if len(b0) == 0:
+            return tree
+        tree.append(b0)
+        add_branch(tree, llama, branches)  # llama.cpp's draft, where the policy trimmed or replaced it
+        m = self.last_llama
+        if self.last_suffix > 0 and i64(len(tree)) < branches:
+            # The candidates of the query before branch 0's first suffix token are still the
+            # history's (its last _collect), so the runner-ups cost no new search.
+            kind: i64 = 0
+            prob = 1.0
+            if m_full > 0 and m == 0 and self.last_cells[0] >= KIND_STRIDE:
+                kind = 1  # the suffix-only draft replaced llama.cpp's
+            else:
+                for j in range(m):  # the running estimate after llama.cpp's kept tokens, as _suffix has it
+                    prob = prob * self._l_estimate(llama_cell(m_full, j, j < self.last_confirmed))
+            q = vec[i32](capacity=i64(len(before)) + m)
+            for j in range(len(before)):
+                q = append(q, before[j])
+            for j in range(m):
+                q = append(q, b0[j])
+            self._runner_ups(q, b0, m, prob, kind, st, n_draft - m, branches, tree)
+        if m > 0 and i64(len(tree)) < branches:
+            # The suffix-only draft (one more search): it differs where llama.cpp's kept tokens do.
+            alt = vec[i32](capacity=n_draft)
+            alt, _cells = self._follow(before, alt, n_draft, 1.0, 1, st, alt, 0, 0)
+            add_branch(tree, alt, branches)
+        return tree
+
+    def _runner_ups(
+        self,
+        q: vec[i32],
+        b0: vec[i32],
+        m: i64,
+        prob: float,
+        kind: i64,
+        st: StaticSource,
+        n_max: i64,
+        branches: i64,
+        tree: list[vec[i32]],
+    ) -> None:
+        """Add branches that take the runner-ups of the vote for ``b0[m]`` (branch 0's first
+        suffix token, after the query ``q``) in its place, each continued as :meth:`_follow`
+        continues a draft (the candidates that agree vote, while the running estimate from
+        ``prob`` stays at or above the threshold). At most ``branches - 1`` runner-ups are tried."""
+        h = self.history
+        best = h.last_best
+        shortest = best - self.match_slack
+        act0 = vec[i64](capacity=h.n_cand)
+        for j in range(h.n_cand):
+            if h.cand_len[j] >= shortest:
+                act0 = append(act0, h.cand_p[j])
+        n0 = i64(len(act0))
+        nx0 = filled_i32(n0, SEP)
+        h._next_tokens(act0, n0, 0, nx0)
+        b2 = h._query_at(q, 1)
+        b1 = h._query_at(q, 0)
+        votes = self.tree_votes
+        if votes is None:
+            votes = TreeVotes()
+            self.tree_votes = votes
+        votes.tally(nx0, n0)
+        # The runner-ups first (the continuations' votes reuse the table): most votes first.
+        taken = vec[i32]()
+        taken = append(taken, b0[m])
+        picks = vec[i64]()
+        counts = vec[i64]()
+        for _r in range(branches - 1):  # ``_r``, not ``_``: see _core.filled_i32
+            f, c = votes.best(nx0, n0, taken)
+            if f < 0:
+                break
+            taken = append(taken, nx0[f])
+            picks = append(picks, f)
+            counts = append(counts, c)
+        none = vec[i32]()
+        for ri in range(len(picks)):
+            if i64(len(tree)) >= branches:
+                break
+            f = picks[ri]
+            c = counts[ri]
+            r = nx0[f]
+            cur: i64 = 0  # an if statement, not a conditional expression: see replay_core
+            if h.req_start <= act0[f] < CORPUS_BASE:
+                cur = 1
+            p = prob * self._estimate(stat_cell(c, n0, best, static_class(st, b2, b1, r), kind, cur))
+            if p < self.threshold:
+                continue
+            d = vec[i32](capacity=m + n_max)
+            for j in range(m):
+                d = append(d, b0[j])
+            d = append(d, r)
+            act = vec[i64](capacity=c)
+            for i in range(n0):
+                if nx0[i] == r:
+                    act = append(act, act0[i])
+            n_act = i64(len(act))
+            nx = filled_i32(n_act, SEP)
+            a2 = b1
+            a1 = r
+            k: i64 = 1
+            while k < n_max:
+                h._next_tokens(act, n_act, k, nx)
+                votes.tally(nx, n_act)
+                g, cnt = votes.best(nx, n_act, none)
+                if g < 0:
+                    break
+                t = nx[g]
+                cur = 0
+                if h.req_start <= act[g] < CORPUS_BASE:
+                    cur = 1
+                p = p * self._estimate(stat_cell(cnt, n_act, best + k, static_class(st, a2, a1, t), kind, cur))
+                if p < self.threshold:
+                    break
+                d = append(d, t)
+                a2 = a1
+                a1 = t
+                k += 1
+                n_kept: i64 = 0
+                for i in range(n_act):
+                    if nx[i] == t:
+                        act[n_kept] = act[i]
+                        n_kept += 1
+                n_act = n_kept
+            add_branch(tree, d, branches)
+
 
 def replay_hybrid_core(
     toks: vec[i32],
@@ -1294,8 +1624,14 @@ def replay_hybrid_core(
     state: HybridState,
     progress: Callable[[int, int], None] | None,
     total: i64,
+    branches: i64 = 1,
 ) -> tuple[i64, i64, i64, float]:
-    """The replay loop of ``_core.replay_core`` with hybrid drafts; (n_drafted, n_accept, n_steps, t)."""
+    """The replay loop of ``_core.replay_core`` with hybrid drafts; (n_drafted, n_accept, n_steps, t).
+
+    ``branches`` > 1: tree drafts (:meth:`HybridState.propose_tree`); a step accepts the longest
+    prefix any branch shares with the text (what a tree verifier accepts) and is observed as
+    branch 0's; ``n_drafted`` counts the trees' distinct nodes.
+    """
     import time
 
     ctx = NgramCache()
@@ -1322,9 +1658,16 @@ def replay_hybrid_core(
             base = i64(len(tail))
             if pos >= 2:
                 tail = draft_core(tail, pos, n_draft, NGRAM_MIN, NGRAM_MAX, ctx, dyn, st)
-            tail = state._suffix(tail, base, n_draft, own, st)
-            nd = i64(len(tail)) - base
-            n_drafted += nd
+            obs: i64 = -1  # what the policy observes: the accepted count, or branch 0's share of it
+            if branches > 1:
+                tree = state._tree_step(tail, base, n_draft, own, st, branches)
+                n_drafted += tree_nodes(tree)
+                tail, obs = tree_path(tree, toks, i_start + pos, n_ctx - pos, tail, base)
+                nd = i64(len(tail)) - base
+            else:
+                tail = state._suffix(tail, base, n_draft, own, st)
+                nd = i64(len(tail)) - base
+                n_drafted += nd
             acc: i64 = 0
             while acc < nd and pos < n_ctx:
                 if toks[i_start + pos] != tail[base + acc]:
@@ -1334,7 +1677,9 @@ def replay_hybrid_core(
                 pos += 1
                 ctx._update_at(toks, i_start, pos, 1, NGRAM_MIN, NGRAM_MAX)
                 state._push_token(toks[i_start + pos - 1])
-            state._observe(acc)
+            if obs < 0:
+                obs = acc
+            state._observe(obs)
             if pos < n_ctx:
                 pos += 1
                 ctx._update_at(toks, i_start, pos, 1, NGRAM_MIN, NGRAM_MAX)
@@ -1360,13 +1705,16 @@ def replay(
     progress: Callable[[int, int], None] | None = None,
     policy: str = "llama",
     history: object = None,
+    branches: int = 1,
 ) -> ReplayResult:
     """Replay ``tokens`` as llama-lookup-stats does and return the counts and timings.
 
     ``policy`` is ``"llama"`` (llama.cpp's rule, exact) or ``"hybrid"`` (llama.cpp's drafts,
     then a suffix match over the chunks replayed so far: ``lookupdec.fast._hybrid``);
     ``history`` is the hybrid policy's ``SuffixHistory`` (a fresh one if None; kept and
-    grown when given, like ``nc_dynamic``).
+    grown when given, like ``nc_dynamic``). ``branches`` > 1 (hybrid only) replays tree drafts
+    (:meth:`HybridState.propose_tree`): a step accepts the longest prefix any branch shares with
+    the text, and ``n_drafted`` counts the trees' distinct nodes.
 
     The tokens are cut into chunks of ``n_ctx`` while ``i_start + n_ctx < len(tokens)``
     (so a last chunk that ends exactly at the end is dropped too, as in llama.cpp).
@@ -1381,6 +1729,7 @@ def replay(
     if n_draft < 0:
         raise ValueError(f"n_draft must be >= 0, got {n_draft}")
     check_policy(policy)
+    check_branches(branches, policy)
     st = require_static_source(nc_static)
     dyn = require_cache(nc_dynamic, "nc_dynamic") if nc_dynamic is not None else NgramCache()
     total = len(tokens)
@@ -1395,7 +1744,7 @@ def replay(
             raise TypeError(f"history must be a fast SuffixHistory, not {type(history).__name__}")
         state = HybridState(history)
         n_drafted, n_accept, n_steps, t_draft = replay_hybrid_core(
-            toks, n_ctx, n_draft, st, dyn, state, progress, total
+            toks, n_ctx, n_draft, st, dyn, state, progress, total, branches
         )
     else:
         n_drafted, n_accept, n_steps, t_draft = replay_core(toks, n_ctx, n_draft, st, dyn, progress, total)
@@ -1409,4 +1758,5 @@ def replay(
         t_draft_s=t_draft,
         n_steps=int(n_steps),
         policy=policy,
+        branches=branches,
     )

@@ -137,6 +137,10 @@ class Request:
         tally.n_drafted += drafted
         return proposal
 
+    def propose_tree(self, k: int | None = None, branches: int = 3, stop: Collection[int] = ()) -> list[list[int]]:
+        """Tree drafts are the hybrid policy's (``lookupdec._lifecycle.Request.propose_tree``): ValueError here."""
+        raise ValueError("propose_tree() needs a Drafter(policy='hybrid'): llama.cpp's rule drafts one branch")
+
     def extend(self, ids: Iterable[int]) -> None:
         """Commit ``ids`` (accepted drafts and the model's own tokens), counted as llama.cpp does.
 

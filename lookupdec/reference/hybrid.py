@@ -458,13 +458,29 @@ class HybridState:
         best = max(length for _, length in found)
         # newest first: the longest matches and those at most match_slack shorter
         active = [p for p, length in found if length >= best - self.match_slack]
-        h = self.history
         # the two tokens before the next drafted one, for static_class
         b2 = self.history.query_token(drafted, 1, request)
         b1 = self.history.query_token(drafted, 0, request)
+        return self._walk(active, best, 0, n_max, prob, kind, b2, b1, static)
+
+    def _walk(
+        self,
+        active: list[int],
+        best: int,
+        k: int,
+        n_max: int,
+        prob: float,
+        kind: int,
+        b2: int,
+        b1: int,
+        static: PartSource,
+    ) -> tuple[list[int], list[Cell]]:
+        """:meth:`_follow`'s draft from its ``k``-th token on: ``active`` are the occurrences still
+        followed (matching ``best`` tokens at most ``match_slack`` shorter), ``b2``, ``b1`` the
+        two tokens before the next one, ``prob`` the running estimate so far."""
+        h = self.history
         out: list[int] = []
         cells: list[Cell] = []
-        k = 0
         while k < n_max:
             nexts = [h.token_at(p + k) for p in active]
             votes = Counter(t for t in nexts if t != SEP)
@@ -579,6 +595,8 @@ class HybridState:
         nc_dynamic: PartSource,
         nc_static: PartSource | None,
         detached: bool,
+        branches: int = 1,
+        tree: list[list[int]] | None = None,
     ) -> list[int]:
         if n_draft < 0:
             raise ValueError(f"n_draft must be >= 0, got {n_draft}")
@@ -590,6 +608,9 @@ class HybridState:
         drafted = [tokens[-1]]
         draft(tokens, drafted, n_draft, NGRAM_MIN, NGRAM_MAX, nc_context, nc_dynamic, nc_static or NgramCache())
         out = drafted[1:]
+        if tree is not None:  # propose_tree: branch 0 is this proposal, then the alternatives
+            tree.extend(self.tree_step(out, n_draft, tokens if detached else None, nc_static, branches))
+            return tree[0] if tree else []
         self.extend_draft(out, n_draft, tokens if detached else None, nc_static)
         return out
 
@@ -640,6 +661,120 @@ class HybridState:
             self.history.extend(committed)
             self.seen += len(committed)
 
+    def propose_tree(
+        self,
+        tokens: Sequence[int],
+        n_draft: int,
+        nc_context: PartSource,
+        nc_dynamic: PartSource,
+        nc_static: PartSource | None = None,
+        branches: int = 3,
+        detached: bool = False,
+    ) -> list[list[int]]:
+        """Up to ``branches`` drafts after ``tokens``, for an engine that verifies them as a tree.
+
+        The first is exactly :meth:`propose`'s (:meth:`propose_detached`'s with ``detached``);
+        the others are alternatives (see :meth:`tree_step`), none empty and no two of them one
+        a prefix of the other. ``[]`` when :meth:`propose` would draft nothing.
+
+        Learning stays linear: observe the step as if only branch 0 had been proposed, with
+        :meth:`observe` ``(n)``, ``n`` the length of the accepted tokens' common prefix with
+        branch 0. The state then evolves as the linear policy's would on the same committed
+        tokens, so branch 0 is, step by step, what :meth:`propose` returns, and a tree verifier
+        accepts at least as much per step as one verifying branch 0 alone.
+        """
+        if branches < 1:
+            raise ValueError(f"branches must be >= 1, got {branches}")
+        tree: list[list[int]] = []
+        self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached, branches, tree)
+        return tree
+
+    def tree_step(
+        self, drafted: list[int], n_draft: int, request: Sequence[int] | None, static: PartSource | None, branches: int
+    ) -> list[list[int]]:
+        """The branches of one tree proposal from llama.cpp's draft ``drafted`` (changed in place
+        to branch 0, :meth:`extend_draft`'s proposal, whose bookkeeping is the step's).
+
+        Alternatives, in this order while there is room (see :func:`add_branch`):
+
+        1. llama.cpp's own draft, where the policy trimmed or replaced it;
+        2. the runner-ups of the vote that chose branch 0's first suffix-match token: branch 0's
+           tokens before it, the runner-up, and its continuation as :meth:`_follow` continues a
+           draft (the occurrences that agree vote, while the running estimate stays at or above
+           the threshold); at most ``branches - 1`` runner-ups, most votes first (a tie: the
+           newest occurrence's), are tried;
+        3. the suffix-only draft (the suffix match from the request alone), when llama.cpp's
+           tokens were kept.
+        """
+        st: PartSource = static if static is not None else NgramCache()
+        llama = list(drafted)
+        self.extend_draft(drafted, n_draft, request, static)
+        if not drafted:
+            return []
+        tree = [list(drafted)]
+        add_branch(tree, llama, branches)
+        m, m_full = self.last_llama, self.last_llama_full
+        if self.last_suffix > 0 and len(tree) < branches:
+            replaced = m_full > 0 and m == 0 and self.last_cells[0][0] == 1
+            prob = 1.0
+            if not replaced:
+                for j in range(m):  # the running estimate after llama.cpp's kept tokens, as extend_draft has it
+                    prob = prob * self._llama_estimate(self._llama_cell(m_full, j))
+            self._runner_ups(drafted, m, prob, int(replaced), request, st, n_draft - m, branches, tree)
+        if m > 0 and len(tree) < branches:
+            alt, _ = self._follow([], n_draft, 1.0, 1, request, st)
+            add_branch(tree, alt, branches)
+        return tree
+
+    def _runner_ups(
+        self,
+        b0: list[int],
+        m: int,
+        prob: float,
+        kind: int,
+        request: Sequence[int] | None,
+        static: PartSource,
+        n_max: int,
+        branches: int,
+        tree: list[list[int]],
+    ) -> None:
+        """Add the branches that take a runner-up of the vote for ``b0[m]`` in its place (see :meth:`tree_step`)."""
+        h = self.history
+        prefix = b0[:m]
+        found = h.candidates(prefix, self.max_candidates, request)
+        best = max(length for _, length in found)
+        active = [p for p, length in found if length >= best - self.match_slack]
+        nexts = [h.token_at(p) for p in active]
+        votes = Counter(t for t in nexts if t != SEP)
+        first = {t: nexts.index(t) for t in votes}
+        ranked = sorted((t for t in votes if t != b0[m]), key=lambda t: (-votes[t], first[t]))
+        b2, b1 = h.query_token(prefix, 1, request), h.query_token(prefix, 0, request)
+        for r in ranked[: branches - 1]:
+            if len(tree) >= branches:
+                break
+            cur = int(h.req_start <= active[first[r]] < CORPUS_BASE)
+            sclass = static_class(static, b2, b1, r)
+            cell = (kind, sclass, support_class(votes[r], len(active)), cur, min(best, N_LEN - 1))
+            p = prob * _estimate(self.ok[cell], self.tried[cell])
+            if p < self.threshold:
+                continue
+            follow = [q for q, t in zip(active, nexts, strict=True) if t == r]
+            more, _ = self._walk(follow, best, 1, n_max, p, kind, b1, r, static)
+            add_branch(tree, [*prefix, r, *more], branches)
+
+
+def add_branch(tree: list[list[int]], branch: list[int], branches: int) -> None:
+    """Append ``branch`` to ``tree`` unless it is empty, the tree has ``branches`` branches, or
+    ``branch`` and a branch already there are one a prefix of the other (a tree verifier gains
+    nothing from it)."""
+    if not branch or len(tree) >= branches:
+        return
+    for b in tree:
+        k = min(len(b), len(branch))
+        if b[:k] == branch[:k]:
+            return
+    tree.append(branch)
+
 
 def hybrid_chunk_step(
     state: HybridState,
@@ -662,5 +797,6 @@ __all__ = [
     "POLICIES",
     "HybridState",
     "SuffixHistory",
+    "add_branch",
     "check_policy",
 ]

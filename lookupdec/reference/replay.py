@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from lookupdec.reference.cache import NGRAM_MAX, NGRAM_MIN, NgramCache
 from lookupdec.reference.draft import PartSource, draft
 from lookupdec.reference.hybrid import HybridState, SuffixHistory, check_policy
-from lookupdec.result import ReplayResult
+from lookupdec.result import ReplayResult, check_branches, common_prefix, tree_nodes
 
 ProgressCallback = Callable[[int, int], None]
 """Called as ``progress(tokens_done, tokens_total)`` after every chunk."""
@@ -23,6 +23,7 @@ def replay(
     progress: ProgressCallback | None = None,
     policy: str = "llama",
     history: SuffixHistory | None = None,
+    branches: int = 1,
 ) -> ReplayResult:
     """Replay ``tokens`` as llama-lookup-stats does and return the counts and timings.
 
@@ -35,12 +36,17 @@ def replay(
     ``policy="hybrid"`` extends every llama.cpp draft with the hybrid policy's suffix match
     (:mod:`lookupdec.reference.hybrid`); each chunk is then one request, and ``history``
     (a fresh :class:`SuffixHistory` if None) holds the chunks replayed so far.
+
+    ``branches`` > 1 (hybrid only) replays tree drafts (:meth:`HybridState.propose_tree`): a
+    step accepts the longest prefix any branch shares with the text (what a tree verifier
+    accepts), is observed as branch 0's, and ``n_drafted`` counts the trees' distinct nodes.
     """
     if n_ctx < 1:
         raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
     if n_draft < 0:
         raise ValueError(f"n_draft must be >= 0, got {n_draft}")
     check_policy(policy)
+    check_branches(branches, policy)
     tokens = list(tokens)
     state = HybridState(history) if policy == "hybrid" else None
     static: PartSource = nc_static if nc_static is not None else NgramCache()
@@ -62,10 +68,19 @@ def replay(
             t0 = time.perf_counter()
             draft(out, drafted, n_draft, NGRAM_MIN, NGRAM_MAX, context, dynamic, static)
             proposal = drafted[1:]
-            if state is not None:
+            first = proposal  # branch 0, the one observed
+            if state is not None and branches > 1:
+                tree = state.tree_step(proposal, n_draft, None, static, branches)
+                truth = chunk[len(out) :]
+                # a tree verifier accepts the longest prefix any branch shares with the text
+                first = tree[0] if tree else []
+                proposal = max(tree, key=lambda b: common_prefix(b, truth), default=[])
+                n_drafted += tree_nodes(tree)
+            elif state is not None:
                 state.extend_draft(proposal, n_draft, None, static)
             t_draft += time.perf_counter() - t0
-            n_drafted += len(proposal)  # drafts past the chunk end count too
+            if branches == 1:
+                n_drafted += len(proposal)  # drafts past the chunk end count too
             t0 = time.perf_counter()
             accepted = 0
             for token in proposal:
@@ -76,7 +91,7 @@ def replay(
                 out.append(token)
                 context.update(out, 1, NGRAM_MIN, NGRAM_MAX)
             if state is not None:
-                state.observe(accepted, proposal[:accepted])
+                state.observe(common_prefix(first, proposal[:accepted]), proposal[:accepted])
             if len(out) < n_ctx:  # the "sampled" token is the ground truth
                 out.append(chunk[len(out)])
                 context.update(out, 1, NGRAM_MIN, NGRAM_MAX)
@@ -98,4 +113,5 @@ def replay(
         t_draft_s=t_draft,
         n_steps=n_steps,
         policy=policy,
+        branches=branches,
     )
