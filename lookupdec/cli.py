@@ -870,7 +870,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--load", action="store_true",
         help="copy the static file (and a --corpus file) into memory instead of memory-mapping it (slower "
-        "open, no SIGBUS risk; on Linux in transparent huge pages, so lookups are a little faster than mapped). "
+        "open, no SIGBUS risk; on Linux in transparent huge pages; lookups about as fast as mapped). "
         "Without it a lookupdec index is memory-mapped: a program that truncates or rewrites the file in "
         "place while stats runs can make it die with SIGBUS (lookupdec itself always writes a new file and "
         "renames it, never in place)",

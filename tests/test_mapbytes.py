@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -190,10 +191,23 @@ def test_loaded_corpus_is_a_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         assert loaded.in_memory and (loaded._view is not None) == (switch == "1")
         assert loaded.tokens() == mapped.tokens() == ids and loaded.to_bytes() == path.read_bytes()
         loaded.close()
+    # replay_stats (stats --load) opens the corpus file itself, in memory, only with in_memory:
+    # seen through a namespace like the fast package whose CorpusIndex.open records its calls
+    opened: list[bool] = []
+
+    class Recorder:
+        @staticmethod
+        def open(path: str, *, in_memory: bool = False) -> object:
+            opened.append(in_memory)
+            return fast.CorpusIndex.open(path, in_memory=in_memory)
+
+    impl = types.ModuleType("recording_fast")  # replay_stats takes an implementation module
+    impl.__dict__.update({**vars(fast), "CorpusIndex": Recorder})
     counts = []
     for in_memory in (False, True):
-        stats = _pipeline.replay_stats(fast, tokens, n_ctx=512, in_memory=in_memory, policy="hybrid", corpus=str(path))
+        stats = _pipeline.replay_stats(impl, tokens, n_ctx=512, in_memory=in_memory, policy="hybrid", corpus=str(path))
         counts.append({k: v for k, v in stats.items() if k.startswith("n_")})
+    assert opened == [True]  # mapped by the history itself without it
     assert counts[0] == counts[1] and counts[0]["n_accept"] > 0
     mapped.close()
 

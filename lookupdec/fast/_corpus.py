@@ -29,7 +29,7 @@ from mypy_extensions import i32, i64
 from lookupdec.errors import CacheFormatError
 from lookupdec.fast._core import NULL32, filled_i32, key_hash, low32, pack, to_vec
 from lookupdec.fast._index import static_slot
-from lookupdec.fast._mapbytes import MappedBytes, copy_bytes, huge_copy, map_bytes
+from lookupdec.fast._mapbytes import MappedBytes, huge_copy, map_bytes, read_whole
 
 SEP: Final[i32] = -1
 """The document separator in the ids (the history's request separator): never matched."""
@@ -354,13 +354,8 @@ class CorpusIndex:
         with open_regular(p) as f:
             size = os.fstat(f.fileno()).st_size
             if in_memory:
-                # In huge pages where mapped bytes work (see StaticIndex.open), else one read().
-                copy = copy_bytes(f.fileno(), size) if size >= HEADER_SIZE else None
-                data = f.read() if copy is None else copy.data
-                n_read = len(data)
+                data, copy = read_whole(f.fileno(), size, p)
                 try:
-                    if n_read != size:
-                        raise CacheFormatError(p, f"file changed size while being read ({size} -> {n_read} bytes)")
                     return CorpusIndex(p, data, copy, copied=True)
                 except BaseException:
                     if copy is not None:

@@ -19,7 +19,6 @@ Every offset read from the file is checked before it is used, so a corrupt file 
 
 from __future__ import annotations
 
-import io
 import mmap
 import os
 import struct
@@ -31,7 +30,7 @@ from librt.vecs import append, vec
 from mypy_extensions import i32, i64
 
 from lookupdec.errors import CacheFormatError
-from lookupdec.fast._mapbytes import MappedBytes, copy_bytes, map_bytes
+from lookupdec.fast._mapbytes import MappedBytes, map_bytes, read_whole
 
 if TYPE_CHECKING:
     from lookupdec.formats import ForkStatic
@@ -405,21 +404,8 @@ class StaticIndex(StaticSource):
             size = os.fstat(f.fileno()).st_size
             header = f.read(HEADER_SIZE)
             if in_memory:
-                # In huge pages where mapped bytes work (_mapbytes.copy_bytes: fewer TLB misses),
-                # else FileIO.readall: one buffer of the file's size. The buffered reader's
-                # read() would join the bytes it buffered with the header to the rest: a second
-                # full copy, twice the file in peak RSS (617 against 313 MB for a 303 MB index).
-                copy = copy_bytes(f.fileno(), size)
-                if copy is not None:
-                    data = copy.data
-                else:
-                    with io.FileIO(f.fileno(), closefd=False) as raw:
-                        raw.seek(0)
-                        data = raw.readall()
-                n_read = len(data)
+                data, copy = read_whole(f.fileno(), size, p)
                 try:
-                    if n_read != size:
-                        raise CacheFormatError(p, f"file changed size while being read ({size} -> {n_read} bytes)")
                     return StaticIndex(p, header, size, data, None, copy, copied=True)
                 except BaseException:
                     if copy is not None:

@@ -276,3 +276,31 @@ def huge_copy(data: bytes) -> MappedBytes | None:
         return len(data)
 
     return _filled(len(data), copy)
+
+
+def read_whole(fd: int, size: int, path: str) -> tuple[bytes, MappedBytes | None]:
+    """The ``size``-byte file open as ``fd`` read into memory, for an ``in_memory`` open:
+    (its bytes, the :class:`MappedBytes` holding them, to close with the index), in huge pages
+    by :func:`copy_bytes` where supported, else ``FileIO.readall`` (None): one buffer of the
+    file's size (a buffered reader's ``read()`` after the header would join what it buffered to
+    the rest: a second full copy, twice the file in peak RSS, 617 against 313 MB for a 303 MB
+    index). ``CacheFormatError`` naming ``path`` if the file changed size meanwhile.
+    """
+    import io
+
+    from lookupdec.errors import CacheFormatError
+
+    copy = copy_bytes(fd, size)
+    if copy is not None:
+        data = copy.data
+    else:
+        with io.FileIO(fd, closefd=False) as raw:
+            raw.seek(0)
+            data = raw.readall()
+    if len(data) != size:
+        n = len(data)
+        if copy is not None:
+            data = b""  # the copy's last reference but the view's: close() unmaps it
+            copy.close()
+        raise CacheFormatError(path, f"file changed size while being read ({size} -> {n} bytes)")
+    return data, copy
