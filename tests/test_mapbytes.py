@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import random
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -234,3 +235,59 @@ def test_corpus_built_from_ids_is_moved_into_huge_pages() -> None:
     assert small.in_memory and small._view is None and small.tokens() == ids[:1000]
     built.close()
     assert built.n_tokens == 0
+
+
+def _mapped_rss_kb(path: Path) -> int:
+    """Rss of this process's mapping of ``path`` (/proc/self/smaps), 0 if none."""
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.endswith(str(path)):
+            for field in lines[i + 1 :]:
+                if field.startswith("Rss:"):
+                    return int(field.split()[1])
+    return 0
+
+
+@pytest.mark.slow  # about 1.3 s: a 32 MB file read cold
+def test_prefetch_maps_the_file_while_the_gil_is_held(tmp_path: Path) -> None:
+    # A compiled replay never gives the GIL back: prefetch's thread must be inside its madvise
+    # call (which runs without the GIL) by the time prefetch returns, or it would map nothing
+    # until drafting is over. sorted() of a shuffled list holds the GIL the same way, for about
+    # a third of a second; the file is dropped from the page cache first, so mapping it all means
+    # reading it (far longer than reading smaps, the first moment the GIL is free again).
+    size = 32 << 20
+    path = tmp_path / "f.bin"
+    path.write_bytes(os.urandom(size))
+    mb = _map(path)
+    if not mb.populate():
+        pytest.skip("the kernel refuses MADV_POPULATE_READ (before Linux 5.14)")
+    mb.close()
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    big = list(range(1_000_000))
+    random.Random(0).shuffle(big)
+    mb = _map(path)
+    mb.prefetch()
+    sorted(big)
+    assert _mapped_rss_kb(path) == size >> 10  # every page mapped meanwhile
+    mb.close()
+
+
+def test_prefetch_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOKUPDEC_POPULATE", "0")
+    path = tmp_path / "f.bin"
+    path.write_bytes(os.urandom(4 << 20))
+    mb = _map(path)
+    called: list[bool] = []
+
+    def populate() -> bool:
+        called.append(True)
+        return True
+
+    monkeypatch.setattr(mb, "populate", populate)
+    mb.prefetch()  # readahead only
+    assert not called
+    assert mb.data[:10] == path.read_bytes()[:10]
+    mb.close()
