@@ -157,8 +157,8 @@ class MappedBytes:
         a compiled replay holds the GIL throughout (it never returns to the interpreter), so
         a thread that still needed the GIL once opening returned would run only after
         drafting (as a readahead call first, then this one, did). Opening does not wait for
-        the call. Where the advice is refused (an older kernel)
-        the thread falls back to ``MADV_WILLNEED``, as does ``LOOKUPDEC_POPULATE=0`` inline.
+        the call. Where the advice is refused (an older kernel) the thread falls back to
+        ``MADV_WILLNEED``; ``LOOKUPDEC_POPULATE=0`` makes opening call that one instead.
         """
         import threading
 
@@ -181,7 +181,8 @@ class MappedBytes:
         """Map every page of the file into this process now (``MADV_POPULATE_READ``), reading
         those not cached yet; True if done, False if refused (an older kernel, another OS).
 
-        A :meth:`close` meanwhile is ordered after it or ends it early, by the kernel.
+        A :meth:`close` meanwhile is ordered after it or ends it early, by the kernel; one
+        that comes first makes the call fail (the range is no longer mapped), never crash.
         """
         if _LIBC is None or not self._base:
             return False
