@@ -75,3 +75,53 @@ def test_typed_arrays_count_in_bytes(tmp_path: Path) -> None:
         assert f.write(a) == 4000
     os.close(fd)
     assert (tmp_path / "a.bin").read_bytes() == a.tobytes()
+
+
+def _pmd_mapped_kb(path: Path) -> int:
+    """FilePmdMapped of a fresh 2 MiB-aligned mapping of ``path`` after touching every page."""
+    from lookupdec.fast import _mapbytes
+
+    if not _mapbytes.supported():
+        pytest.skip("mapped bytes need CPython on Linux")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        mb = _mapbytes.map_bytes(fd, path.stat().st_size)
+    finally:
+        os.close(fd)
+    assert mb is not None
+    data = mb.data
+    touched = 0
+    for off in range(0, len(data), 4096):
+        touched ^= data[off]  # a read that faults the page in
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    kb = 0
+    for i, line in enumerate(lines):
+        if line.endswith(str(path)):
+            kb = next(int(f.split()[1]) for f in lines[i + 1 :] if f.startswith("FilePmdMapped:"))
+            break
+    del data, touched
+    mb.close()
+    return kb
+
+
+def test_written_files_map_with_huge_pages_where_plain_aligned_writes_do(tmp_path: Path) -> None:
+    # Whether the page cache gives 2 MiB folios depends on the file system and kernel: a file
+    # written with plain 2 MiB os.write calls is the yardstick, and atomic_writer's file, written
+    # through small and large writes, must map as well as that one.
+    data = os.urandom(8 << 20)
+    plain = tmp_path / "plain.bin"
+    fd = os.open(plain, os.O_WRONLY | os.O_CREAT)
+    for off in range(0, len(data), BLOCK):
+        os.write(fd, data[off : off + BLOCK])
+    os.close(fd)
+    want = _pmd_mapped_kb(plain)
+    if want == 0:
+        pytest.skip("this file system caches no 2 MiB folios even for aligned 2 MiB writes")
+    ours = tmp_path / "ours.bin"
+    with _atomic.atomic_writer(ours) as f:
+        f.write(data[:100])
+        f.write(data[100 : 3 * BLOCK + 5])
+        for off in range(3 * BLOCK + 5, len(data), 4096):
+            f.write(data[off : off + 4096])
+    assert ours.read_bytes() == data
+    assert _pmd_mapped_kb(ours) == want
