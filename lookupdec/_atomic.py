@@ -50,8 +50,9 @@ class BlockWriter(io.RawIOBase):
     cache allocates a folio per write of the written size, up to 2 MiB, where the file system
     allows large folios: written in whole aligned blocks, the file is cached in 2 MiB
     folios, and a 2 MiB-aligned mapping of it is mapped with huge pages. Written through a
-    small buffer (``open(..., "wb")``'s 8 KiB), a 2.45 GB index was cached in small folios
-    and drafting from it took 4 KiB pages (``FilePmdMapped`` 0 in ``/proc/self/smaps``).
+    small buffer (``open(..., "wb")``'s 8 KiB), a 33 MB index was cached in small folios only
+    (``FilePmdMapped`` 0 in ``/proc/self/smaps``), a 2.45 GB one for the most part, and
+    drafting from them went through 4 KiB pages.
 
     After a :meth:`seek` (a header patched in place) writes go straight to the file.
     """
@@ -87,19 +88,23 @@ class BlockWriter(io.RawIOBase):
             self._buf += data
             return n
         self._buf += data[:room]
-        self._write_all(memoryview(self._buf))
-        self._buf.clear()
+        self._write_out()
         data = data[room:]
         whole = len(data) // BLOCK * BLOCK
         self._write_all(data[:whole])
         self._buf += data[whole:]
         return n
 
+    def _write_out(self) -> None:
+        self._write_all(memoryview(self._buf))
+        # A new buffer rather than clear(): a bytearray cannot be resized while a view of it is
+        # alive, and outside CPython the views just used may not be freed yet.
+        self._buf = bytearray()
+
     def flush(self) -> None:
         """Write what the buffer holds (the file's last, partial block)."""
         if self._buf:
-            self._write_all(memoryview(self._buf))
-            self._buf.clear()
+            self._write_out()
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         self.flush()
