@@ -200,12 +200,12 @@ def test_keys_crossing_the_scan_limit(a: list[int], b: list[int], sizes: tuple[i
         assert fst._pair_find(kid, 99) == -1
 
 
-@pytest.mark.parametrize("n", [0, 1, 2, 3, 4095, 4096, 4097, 8192, 10_001])
-def test_filled_i32_has_n_copies(n: int) -> None:
+@pytest.mark.parametrize("blocks, extra", [(0, 0), (0, 1), (0, 3), (1, -1), (1, 0), (1, 1), (2, 0), (2, 1809)])
+def test_filled_i32_has_n_copies(blocks: int, extra: int) -> None:
     # The block copies of filled_i32 (every hash table's fill) at the edges of a block.
     from lookupdec.fast._legacy import FILL_BLOCK, filled_i32
 
-    assert FILL_BLOCK == 4096
+    n = blocks * FILL_BLOCK + extra
     v = filled_i32(n, -7)
     assert len(v) == n
     assert list(v) == [-7] * n
