@@ -12,11 +12,14 @@ batch (and is drafted for) until the next step, as in vLLM.
 
 The "model" is deterministic: each request has a true text, and at every position the model
 picks the true token, so a draft is accepted exactly as far as it matches the text (what
-``replay`` does).
+``replay`` does). With ``model=`` it is instead a greedy function of the row's own tokens (what
+the engine holds, accepted drafts included), so a run with drafting and one without can be
+compared: the committed tokens (``FakeRequest.output``) must be the same.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -45,6 +48,7 @@ class FakeRequest:
     proposals: list[tuple[int, list[int]]] = field(default_factory=list)  # (n_tokens, draft) per step
     n_drafted: int = 0
     n_accept: int = 0
+    output: list[int] = field(default_factory=list)  # the row's tokens once finished
 
     @property
     def finished(self) -> bool:
@@ -54,8 +58,16 @@ class FakeRequest:
 class FakeVllm:
     """Runs requests through ``proposer.propose`` the way vLLM's V1 engine calls it."""
 
-    def __init__(self, proposer: Any, max_num_seqs: int, max_model_len: int, chunk: int = 64) -> None:
+    def __init__(
+        self,
+        proposer: Any,
+        max_num_seqs: int,
+        max_model_len: int,
+        chunk: int = 64,
+        model: Callable[[list[int]], int] | None = None,
+    ) -> None:
         self.proposer = proposer
+        self.model = model  # next token from the context (greedy); None: the request's text
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
         self.chunk = chunk  # prefill chunk size (chunked prefill)
@@ -92,6 +104,12 @@ class FakeVllm:
         self.rows = [r for r in rows if r is not None]
         assert sorted(r.rid for r in self.rows) == sorted(r.rid for r in keep)
 
+    def _next(self, i: int, r: FakeRequest, extra: list[int]) -> int:
+        """The model's token after row ``i``'s tokens followed by ``extra`` (accepted drafts)."""
+        if self.model is None:
+            return r.text[r.n_tokens + len(extra)]
+        return self.model([int(t) for t in self.token_ids_cpu[i, : r.n_tokens]] + extra)
+
     def step(self, waiting: list[FakeRequest]) -> None:
         self._condense()
         while waiting and len(self.rows) < self.max_num_seqs:
@@ -110,19 +128,21 @@ class FakeVllm:
                     sampled.append([])
                     continue
                 r.n_tokens = r.prompt_len
-                new = [r.text[r.n_tokens]]
+                new = [self._next(i, r, [])]
             else:
                 accepted: list[int] = []
                 for t in r.drafts:  # the rejection sampler: accept while the model agrees
-                    if r.text[r.n_tokens + len(accepted)] != t:
+                    if self._next(i, r, accepted) != t:
                         break
                     accepted.append(t)
-                new = [*accepted, r.text[r.n_tokens + len(accepted)]]
+                new = [*accepted, self._next(i, r, accepted)]
                 new = new[: r.target_len - r.n_tokens]  # the stop condition cuts the committed tokens
                 r.n_accept += min(len(accepted), len(new))
             self.token_ids_cpu[i, r.n_tokens : r.n_tokens + len(new)] = new
             r.n_tokens += len(new)
             self.num_tokens_no_spec[i] = r.n_tokens
+            if r.finished:
+                r.output = [int(t) for t in self.token_ids_cpu[i, : r.n_tokens]]
             sampled.append(new)
             committed.append((r.rid, new))
         self.log.append((self._ended, committed))

@@ -76,6 +76,37 @@ class VllmProposerTests(ImplTests):
         assert stats.n_accept == sum(r.n_accept for r in requests) > 100
         assert proposer.drafter.dynamic.contents() == oracle.dynamic.contents()
 
+    @pytest.mark.parametrize("policy", ["llama", "hybrid"])
+    def test_greedy_output_identical_with_and_without_drafting(self, policy: str) -> None:
+        # A greedy model that reads the engine's own rows: whatever the proposer drafts, and
+        # whatever it does with the batch it is handed, the committed tokens must be the ones
+        # decoding without drafts gives. The model's bigram rule makes text that repeats, so
+        # drafts are accepted often and the two runs really take different paths.
+        def model(ctx: list[int]) -> int:
+            return (ctx[-1] * 7 + 3) % 23
+
+        class NoDrafts:
+            k = 6
+
+            def propose(self, sampled: list[list[int]], *_: object) -> list[list[int]]:
+                return [[] for _ in sampled]
+
+        k, max_model_len = 6, 300
+
+        def run(proposer: Any) -> list[FakeRequest]:
+            requests = make_requests(24, max_model_len)
+            fake = FakeVllm(proposer, max_num_seqs=6, max_model_len=max_model_len, model=model)
+            fake.run(requests[:12], arrivals={3: requests[12:18], 25: requests[18:]})
+            return requests
+
+        drafter = self.impl.Drafter(static=self.static(), n_draft=k, policy=policy)
+        with_drafts = run(LookupProposer(vllm_config(k, max_model_len), drafter=drafter))
+        without = run(NoDrafts())
+        assert all(r.output and len(r.output) == r.target_len for r in without)
+        assert [r.output for r in with_drafts] == [r.output for r in without]
+        assert sum(r.n_accept for r in with_drafts) > 200  # drafting changed the steps taken
+        assert sum(r.n_accept for r in without) == 0
+
     def test_one_request_at_a_time_counts_like_replay(self) -> None:
         n_ctx, k = 512, 8
         tokens, _ = demo_tokens()
