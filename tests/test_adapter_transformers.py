@@ -62,6 +62,12 @@ def tiny_model(torch: Any, seed: int = 0, eos: int | None = None) -> Any:
     return model
 
 
+def transformers_major() -> int:
+    import transformers
+
+    return int(transformers.__version__.split(".")[0])
+
+
 # Not slow-marked: the greedy output-identity check runs in the README's test command wherever
 # torch and transformers are installed (.ci/run installs them; elsewhere it skips, saying why).
 @pytest.mark.parametrize("impl", ["reference", "fast"])
@@ -70,12 +76,11 @@ def tiny_model(torch: Any, seed: int = 0, eos: int | None = None) -> Any:
 def test_greedy_output_identical_and_drafts_counted(
     torch: Any, adapter: Any, impl: str, seed: int, policy: str
 ) -> None:
-    lookup_generate = adapter.lookup_generate
     model = tiny_model(torch, seed)
     prompt = torch.tensor([PROMPT])
     plain = model.generate(prompt, max_new_tokens=48, do_sample=False)
     drafter = lookupdec.implementation(impl).Drafter(n_draft=4, policy=policy)
-    out = model.generate(prompt, max_new_tokens=48, do_sample=False, custom_generate=lookup_generate, drafter=drafter)
+    out = model.generate(prompt, max_new_tokens=48, do_sample=False, custom_generate=adapter.lookup_decoding(drafter))
     assert out.tolist() == plain.tolist()
     stats = drafter.stats
     assert stats.requests == 1 and drafter.open_requests == 0
@@ -85,20 +90,132 @@ def test_greedy_output_identical_and_drafts_counted(
     expected.update(plain[0].tolist(), plain.shape[1])
     assert drafter.dynamic.contents() == expected.contents()
     # A second call is a new request; its drafts now also come from the dynamic cache.
-    again = model.generate(prompt, max_new_tokens=48, do_sample=False, custom_generate=lookup_generate, drafter=drafter)
+    again = model.generate(prompt, max_new_tokens=48, do_sample=False, custom_generate=adapter.lookup_decoding(drafter))
     assert again.tolist() == plain.tolist()
     assert drafter.stats.requests == 2 and drafter.stats.n_accept > stats.n_accept
 
 
+def test_drafter_keyword_on_transformers_5(torch: Any, adapter: Any) -> None:
+    if transformers_major() < 5:
+        pytest.skip("transformers 4.x refuses generate() arguments a custom_generate function adds")
+    model = tiny_model(torch)
+    prompt = torch.tensor([PROMPT])
+    plain = model.generate(prompt, max_new_tokens=24, do_sample=False)
+    drafter = lookupdec.Drafter(n_draft=4)
+    out = model.generate(
+        prompt, max_new_tokens=24, do_sample=False, custom_generate=adapter.lookup_generate, drafter=drafter
+    )
+    assert out.tolist() == plain.tolist() and drafter.stats.n_drafted > 0
+
+
+class RecordingStreamer:
+    """A transformers streamer (``put``/``end``) that records what it receives."""
+
+    def __init__(self) -> None:
+        self.puts: list[list[int]] = []
+        self.ended = 0
+
+    def put(self, value: Any) -> None:
+        assert self.ended == 0, "put after end"
+        self.puts.append(value.flatten().tolist())
+
+    def end(self) -> None:
+        self.ended += 1
+
+
+def test_stream_gets_prompt_every_token_and_end(torch: Any, adapter: Any) -> None:
+    model = tiny_model(torch)
+    prompt = torch.tensor([PROMPT])
+    plain = model.generate(prompt, max_new_tokens=40, do_sample=False)[0].tolist()
+    stream = RecordingStreamer()
+    drafter = lookupdec.Drafter(n_draft=4)
+    out = model.generate(
+        prompt, max_new_tokens=40, do_sample=False, custom_generate=adapter.lookup_decoding(drafter, stream=stream)
+    )
+    assert out[0].tolist() == plain
+    assert stream.puts[0] == PROMPT and stream.ended == 1
+    assert [t for put in stream.puts[1:] for t in put] == plain[len(PROMPT) :]
+    # drafts were accepted, so some puts carry several tokens: the stream follows the steps
+    assert len(stream.puts) - 1 < len(plain) - len(PROMPT)
+
+
+def eos_model(torch: Any, adapter: Any) -> tuple[Any, int, list[int]]:
+    """A tiny model and an id its greedy output reaches after a while (made its end-of-sequence id)."""
+    model = tiny_model(torch)
+    plain = model.generate(torch.tensor([PROMPT]), max_new_tokens=40, do_sample=False)[0].tolist()
+    new = plain[len(PROMPT) :]
+    eos = next(t for t in new[8:] if t not in new[:8])
+    model.generation_config.eos_token_id = eos
+    return model, eos, new
+
+
+def test_eos_and_stopping_criteria_stop_where_plain_greedy_stops(torch: Any, adapter: Any) -> None:
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    model, eos, _ = eos_model(torch, adapter)
+    prompt = torch.tensor([PROMPT])
+    plain = model.generate(prompt, max_new_tokens=40, do_sample=False)[0].tolist()
+    assert plain[-1] == eos and len(plain) < len(PROMPT) + 40
+    drafter = lookupdec.Drafter(n_draft=8)
+    out = model.generate(prompt, max_new_tokens=40, do_sample=False, custom_generate=adapter.lookup_decoding(drafter))
+    assert out[0].tolist() == plain
+
+    class StopAfter(StoppingCriteria):  # type: ignore[misc,unused-ignore]
+        """Stop once the sequence holds ``n`` tokens (a user criterion, checked per token)."""
+
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            return torch.full((input_ids.shape[0],), input_ids.shape[1] >= self.n, dtype=torch.bool)
+
+    model.generation_config.eos_token_id = None
+    for n in range(len(PROMPT) + 3, len(PROMPT) + 30, 5):
+        criteria = StoppingCriteriaList([StopAfter(n)])
+        want = model.generate(prompt, max_new_tokens=40, do_sample=False, stopping_criteria=criteria)[0].tolist()
+        got = model.generate(
+            prompt,
+            max_new_tokens=40,
+            do_sample=False,
+            stopping_criteria=criteria,
+            custom_generate=adapter.lookup_decoding(lookupdec.Drafter(n_draft=8)),
+        )[0].tolist()
+        assert len(want) == n and got == want
+
+
+def test_sampling_draws_from_the_model(torch: Any, adapter: Any) -> None:
+    # Sampling goes through the model's own distribution at every position: with top_k=1 that
+    # distribution is one token, so the sampled output is the greedy output, drafts or not.
+    model = tiny_model(torch)
+    prompt = torch.tensor([PROMPT])
+    plain = model.generate(prompt, max_new_tokens=30, do_sample=False)[0].tolist()
+    out = model.generate(
+        prompt, max_new_tokens=30, do_sample=True, top_k=1, custom_generate=adapter.lookup_decoding(lookupdec.Drafter())
+    )
+    assert out[0].tolist() == plain
+
+
+def test_verifier_rollback_gives_the_logits_of_a_fresh_pass(torch: Any, adapter: Any) -> None:
+    model = tiny_model(torch)
+    ids = [*PROMPT, 11, 12, 13, 14]
+    fresh = adapter.Verifier(model).forward(ids)
+    v = adapter.Verifier(model)
+    v.forward(PROMPT)
+    v.forward([40, 41, 42])  # a draft that is rejected whole
+    v.rollback(3)
+    assert v.length == len(PROMPT) and v.cache.get_seq_length() == len(PROMPT)
+    again = v.forward([11, 12, 13, 14])
+    assert torch.allclose(again, fresh[len(PROMPT) :], atol=1e-5)
+
+
 @pytest.mark.slow
 def test_batch_size_above_one_is_refused(torch: Any, adapter: Any) -> None:
-    lookup_generate = adapter.lookup_generate
     model = tiny_model(torch)
     batch = torch.tensor([PROMPT, PROMPT])
     with pytest.raises(ValueError, match="batch size 1"):
-        model.generate(batch, max_new_tokens=4, custom_generate=lookup_generate, drafter=lookupdec.Drafter())
+        model.generate(batch, max_new_tokens=4, custom_generate=adapter.lookup_decoding(lookupdec.Drafter()))
     with pytest.raises(TypeError, match="drafter="):
-        model.generate(torch.tensor([PROMPT]), max_new_tokens=4, custom_generate=lookup_generate)
+        model.generate(torch.tensor([PROMPT]), max_new_tokens=4, custom_generate=adapter.lookup_generate)
 
 
 def test_candidates_cut_at_eos_and_max_length(torch: Any, adapter: Any) -> None:

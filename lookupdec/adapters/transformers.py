@@ -1,32 +1,62 @@
-"""lookupdec drafting in Hugging Face transformers' assisted decoding (transformers 5.x, torch).
+"""lookupdec drafting in Hugging Face transformers (4.56 to 5.x, torch), through public API only.
 
-Two ways in::
+::
 
     import lookupdec
     from lookupdec.adapters.transformers import lookup_generate
 
     drafter = lookupdec.Drafter(static="corpus.lkdc", dynamic="dynamic.bin", n_draft=8)
-    out = model.generate(input_ids, custom_generate=lookup_generate, drafter=drafter, max_new_tokens=200)
+    out = model.generate(input_ids, custom_generate=lookup_decoding(drafter), max_new_tokens=200)
     drafter.save()
 
-or build a :class:`LookupCandidateGenerator` for a loop of your own. Assisted decoding in
-transformers takes one sequence at a time: batch size 1.
+On transformers 5.x, ``custom_generate=lookup_generate, drafter=drafter`` works too (4.x
+refuses arguments a custom function adds to ``generate``; :func:`lookup_decoding` binds them).
+
+``custom_generate`` (a callable) is transformers' documented way to replace the decoding loop:
+``generate`` prepares the generation config, logits processors and stopping criteria, then calls
+:func:`lookup_generate`, which runs its own draft-and-verify loop on the model's public
+``forward`` with a ``DynamicCache`` (cropped after each verification). Greedy output is exactly
+the model's greedy output; with ``do_sample=True`` every position is sampled from the model's
+own distribution and a draft token is kept only when it equals the sampled token, so the output
+has the model's distribution. One sequence at a time: batch size 1.
+
+Streaming: transformers 5.x keeps ``streamer=`` for itself and does not hand it to a custom
+``generate`` function (it would receive the prompt, never the new tokens nor ``end()``), so give
+the streamer to :func:`lookup_decoding` (``stream=``): it gets the prompt, each step's committed
+tokens and ``end()``. A ``streamer`` that 4.x hands over (after putting the prompt) gets the
+rest.
+
+:class:`Verifier` and :func:`decode` are the loop's parts, for a loop of your own (``perf
+speedup`` times them); :class:`LookupCandidateGenerator` plugs lookupdec into code written
+against transformers' ``CandidateGenerator`` interface.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 try:
     import torch
+    from transformers import DynamicCache
     from transformers.generation.candidate_generator import CandidateGenerator
-    from transformers.generation.utils import GenerationMixin
 except ImportError as e:  # pragma: no cover - depends on the install
     raise ImportError(
         f"lookupdec.adapters.transformers needs torch and transformers ({e}): pip install 'lookupdec[transformers]'"
     ) from e
 
 from lookupdec.adapters import HistoryFollower
+
+Propose = Callable[[Sequence[int], int], Sequence[int]]
+"""``propose(tokens, k)``: up to ``k`` tokens likely to follow ``tokens`` (the committed sequence)."""
+Choose = Callable[["torch.Tensor", Sequence[int], int], list[int]]
+"""``choose(logits, tokens, start)``: the model's token at each of ``logits``' rows.
+
+``logits`` has one row per position from ``start - 1`` on (row i predicts the token at
+``start + i``), ``tokens`` is the committed sequence followed by the draft being verified.
+"""
 
 
 def _single_row(input_ids: torch.Tensor) -> list[int]:
@@ -37,6 +67,276 @@ def _single_row(input_ids: torch.Tensor) -> list[int]:
         )
     row: list[int] = input_ids[0].tolist()
     return row
+
+
+def _eos_ids(eos_token_id: torch.Tensor | int | Sequence[int] | None) -> frozenset[int]:
+    if eos_token_id is None:
+        return frozenset()
+    if isinstance(eos_token_id, int):
+        return frozenset((eos_token_id,))
+    if isinstance(eos_token_id, torch.Tensor):
+        return frozenset(eos_token_id.flatten().tolist())
+    return frozenset(int(t) for t in eos_token_id)
+
+
+class Verifier:
+    """A decoder-only model's forward passes over a KV cache that can be rolled back.
+
+    :meth:`forward` feeds new tokens (those the cache does not hold yet) and returns their
+    logits; :meth:`rollback` drops the last tokens from the cache (a rejected draft). Works with
+    transformers 4.56 to 5.x: the forward's cache argument (``past_key_values`` before 5.24,
+    ``cache`` after) and ``crop``'s meaning (a length or a negative count in 4.x, a negative
+    count in 5.x) are read from the installed version's signatures.
+    """
+
+    def __init__(self, model: Any, cache: Any = None) -> None:
+        self.model = model
+        """The model (``model(input_ids=..., use_cache=True, <cache>=...)`` returns ``.logits``)."""
+        self.cache: Any = cache if cache is not None else _new_cache(model)
+        """The KV cache, updated in place by every forward pass."""
+        self.length = 0
+        """Tokens the cache holds."""
+        params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        # transformers 5.x: crop(-n) removes n tokens and crop(0) still resizes sliding-window
+        # layers; 4.x: crop(n >= 0) keeps n tokens, so crop(0) would empty the cache.
+        self._crop_zero = "tokens_to_remove" in inspect.signature(self.cache.crop).parameters
+
+    def forward(self, ids: Sequence[int]) -> torch.Tensor:
+        """Feed ``ids`` after the cached tokens; their logits, shape ``(len(ids), vocab)``."""
+        device = getattr(self.model, "device", None)
+        tensor = torch.tensor([list(ids)], dtype=torch.long, device=device)
+        with torch.no_grad():
+            out = self.model(input_ids=tensor, use_cache=True, **{self._cache_arg: self.cache})
+        self.length += len(ids)
+        logits: torch.Tensor = out.logits[0]
+        return logits
+
+    def rollback(self, n: int) -> None:
+        """Drop the last ``n`` tokens from the cache."""
+        if n > 0 or self._crop_zero:
+            self.cache.crop(-n)
+        self.length -= n
+
+
+def _new_cache(model: Any) -> Any:
+    try:
+        return DynamicCache(config=model.config)  # layer types (sliding windows) from the config
+    except TypeError:  # an older DynamicCache takes no config
+        return DynamicCache()
+
+
+def greedy(logits: torch.Tensor, tokens: Sequence[int], start: int) -> list[int]:
+    """The model's greedy choice at each row (the :data:`Choose` of plain greedy decoding)."""
+    choice: list[int] = logits.argmax(dim=-1).tolist()
+    return choice
+
+
+class StepLog:
+    """What :func:`decode` did, step by step (a step: one verification forward pass)."""
+
+    def __init__(self) -> None:
+        self.drafted: list[int] = []
+        """Tokens proposed at each step."""
+        self.committed: list[int] = []
+        """Tokens committed at each step (accepted drafts and the model's own token)."""
+
+    @property
+    def steps(self) -> int:
+        """Verification steps (the prefill is not one)."""
+        return len(self.committed)
+
+
+def decode(
+    verifier: Verifier,
+    prompt: Sequence[int],
+    propose: Propose,
+    *,
+    k: int,
+    max_new_tokens: int,
+    choose: Choose = greedy,
+    stop: Callable[[list[int], int], bool] | None = None,
+    on_commit: Callable[[list[int]], None] | None = None,
+    log: StepLog | None = None,
+) -> list[int]:
+    """Generate after ``prompt`` by drafting and verifying; the new tokens.
+
+    The prompt is prefilled in one forward pass, then every step feeds the last committed
+    token and a draft of up to ``k`` tokens (``propose(tokens, budget)``), takes the token
+    ``choose`` picks at each position, keeps the draft's matching prefix and the model's
+    next token, and rolls the rejected draft tokens back out of the cache. ``stop(tokens, i)``,
+    called after every committed token (the step's ``i``-th), ends generation (an
+    end-of-sequence token, a stop string); ``on_commit`` receives each step's committed tokens.
+    """
+    tokens = list(prompt)
+    if not tokens:
+        raise ValueError("decode needs a prompt of at least one token")
+    end = len(tokens) + max_new_tokens
+    logits = verifier.forward(tokens)[-1:]
+    new = choose(logits, tokens, len(tokens))
+    while True:
+        committed: list[int] = []
+        done = False
+        for i, t in enumerate(new):
+            tokens.append(t)
+            committed.append(t)
+            if len(tokens) >= end or (stop is not None and stop(tokens, i)):
+                done = True
+                break
+        if on_commit is not None:
+            on_commit(committed)
+        if log is not None and log.drafted:
+            log.committed.append(len(committed))
+        if done:
+            return tokens[len(prompt) :]
+        # One more token comes from the model after the draft: keep within max_new_tokens.
+        budget = min(k, end - len(tokens) - 1)
+        draft = list(propose(tokens, budget)) if budget > 0 else []
+        if log is not None:
+            log.drafted.append(len(draft))
+        n_known = verifier.length
+        logits = verifier.forward(tokens[n_known:] + draft)[-(len(draft) + 1) :]
+        choice = choose(logits, tokens + draft, len(tokens))
+        n = 0
+        while n < len(draft) and choice[n] == draft[n]:
+            n += 1
+        verifier.rollback(len(draft) - n)
+        new = [*draft[:n], choice[n]]
+
+
+class RequestProposer:
+    """:data:`Propose` from a :class:`lookupdec.Drafter`: one request, extended as the sequence grows."""
+
+    def __init__(self, drafter: Any, stop: Collection[int] = ()) -> None:
+        self.follower = HistoryFollower(drafter)
+        """The request-following state (``follower.request`` is the current request)."""
+        self.stop = frozenset(stop)
+        """Ids a proposal is cut before (end-of-sequence tokens)."""
+
+    def __call__(self, tokens: Sequence[int], k: int) -> list[int]:
+        """Up to ``k`` drafted tokens after ``tokens``."""
+        proposal: list[int] = self.follower.sync(tokens).propose(k, stop=self.stop)
+        return proposal
+
+    def end(self, tokens: Sequence[int] | None = None) -> None:
+        """End the request (after counting the final ``tokens`` when given)."""
+        self.follower.end(tokens)
+
+
+def _processed_choice(logits_processor: Any, do_sample: bool) -> tuple[Choose, list[torch.Tensor]]:
+    """A :data:`Choose` that applies ``logits_processor`` at every position, as ``generate`` does."""
+    scores_seen: list[torch.Tensor] = []
+
+    def choose(logits: torch.Tensor, tokens: Sequence[int], start: int) -> list[int]:
+        out: list[int] = []
+        scores_seen.clear()
+        for i in range(logits.shape[0]):
+            row = logits[i : i + 1].float()
+            if logits_processor is not None and len(logits_processor) > 0:
+                prefix = torch.tensor([list(tokens[: start + i])], dtype=torch.long, device=logits.device)
+                row = logits_processor(prefix, row)
+            scores_seen.append(row)
+            if do_sample:
+                out.append(int(torch.multinomial(torch.softmax(row, dim=-1), 1)[0, 0]))
+            else:
+                out.append(int(row.argmax(dim=-1)[0]))
+            # A sampled draft position past the first mismatch is never used: stop sampling there.
+            if do_sample and start + i < len(tokens) and out[-1] != tokens[start + i]:
+                break
+        return out
+
+    return choose, scores_seen
+
+
+def lookup_generate(
+    model: Any,
+    input_ids: torch.LongTensor,
+    logits_processor: Any = None,
+    stopping_criteria: Any = None,
+    generation_config: Any = None,
+    synced_gpus: bool = False,
+    streamer: Any = None,
+    drafter: Any = None,
+    stream: Any = None,
+    **model_kwargs: Any,
+) -> Any:
+    """``model.generate(..., custom_generate=lookup_generate, drafter=drafter)``: generation with lookupdec drafts.
+
+    Drafts ``drafter.n_draft`` tokens at most per step (cut before an end-of-sequence id and at
+    ``max_length``); one request per call, ended (merged into the drafter's dynamic cache) when
+    generation returns. ``stream``: a transformers streamer (see the module's docstring).
+    Returns the sequences tensor, or a ``GenerateDecoderOnlyOutput`` holding it when
+    ``return_dict_in_generate`` is set.
+    """
+    if drafter is None:
+        raise TypeError("lookup_generate needs drafter=lookupdec.Drafter(...) in model.generate(...)")
+    prompt = _single_row(input_ids)
+    mask = model_kwargs.get("attention_mask")
+    if mask is not None and not bool((mask == 1).all()):
+        raise ValueError("lookup_generate takes one unpadded sequence: its attention_mask must be all ones")
+    config = generation_config if generation_config is not None else model.generation_config
+    do_sample = bool(getattr(config, "do_sample", False))
+    eos = _eos_ids(getattr(config, "eos_token_id", None))
+    max_length = int(getattr(config, "max_length", None) or len(prompt) + 20)
+    # generate() prepared a cache for the model (5.x: "cache", 4.x: "past_key_values"): use it
+    # when it is an empty dynamic one, so its layer types are the model's.
+    cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
+    if cache is not None and (not isinstance(cache, DynamicCache) or cache.get_seq_length() != 0):
+        cache = None
+    verifier = Verifier(model, cache)
+    choose, scores = _processed_choice(logits_processor, do_sample)
+    proposer = RequestProposer(drafter, stop=eos)
+
+    def stop(tokens: list[int], i: int) -> bool:
+        if tokens[-1] in eos:
+            return True
+        if stopping_criteria is None or len(stopping_criteria) == 0:
+            return False
+        ids = torch.tensor([tokens], dtype=torch.long, device=input_ids.device)
+        # the scores of the token just committed: what generate gives criteria that read them
+        return bool(torch.as_tensor(stopping_criteria(ids, scores[i])).any())
+
+    def on_commit(committed: list[int]) -> None:
+        if stream is not None:
+            stream.put(torch.tensor(committed, dtype=torch.long))
+
+    if stream is not None:
+        stream.put(input_ids.cpu())
+    elif streamer is not None:  # transformers 4.x hands its streamer over, the prompt already put
+        stream = streamer
+    try:
+        new = decode(
+            verifier,
+            prompt,
+            proposer,
+            k=drafter.n_draft,
+            max_new_tokens=max(0, max_length - len(prompt)),
+            choose=choose,
+            stop=stop,
+            on_commit=on_commit,
+        )
+    finally:
+        if stream is not None:
+            stream.end()
+    sequence = prompt + new
+    proposer.end(sequence)
+    sequences = torch.tensor([sequence], dtype=input_ids.dtype, device=input_ids.device)
+    if getattr(config, "return_dict_in_generate", False):
+        from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+        return GenerateDecoderOnlyOutput(sequences=sequences)  # type: ignore[arg-type,unused-ignore]
+    return sequences
+
+
+def lookup_decoding(drafter: Any, *, stream: Any = None) -> Callable[..., Any]:
+    """``model.generate(..., custom_generate=lookup_decoding(drafter))``: :func:`lookup_generate` bound to ``drafter``.
+
+    ``stream``: a transformers streamer that receives the prompt, the committed tokens and
+    ``end()`` (see the module's docstring).
+    """
+    if drafter is None:
+        raise TypeError("lookup_decoding needs a lookupdec.Drafter")
+    return functools.partial(lookup_generate, drafter=drafter, stream=stream)
 
 
 # Without transformers installed, mypy sees CandidateGenerator as Any (subclassing Any is an error then).
@@ -59,18 +359,7 @@ class LookupCandidateGenerator(CandidateGenerator):  # type: ignore[misc,unused-
     ) -> None:
         self.follower = HistoryFollower(drafter)
         """The request-following state (``follower.request`` is the current request)."""
-        # Narrowed into a new name: without torch installed, torch.Tensor is Any to mypy and
-        # reassigning the parameter would keep its union type.
-        eos_ids: list[int]
-        if eos_token_id is None:
-            eos_ids = []
-        elif isinstance(eos_token_id, int):
-            eos_ids = [eos_token_id]
-        elif isinstance(eos_token_id, list):
-            eos_ids = eos_token_id
-        else:
-            eos_ids = eos_token_id.flatten().tolist()
-        self.eos_token_ids: frozenset[int] = frozenset(eos_ids)
+        self.eos_token_ids: frozenset[int] = _eos_ids(eos_token_id)
         """Ids a proposal is cut before."""
         self.max_length = max_length
         """The longest sequence generation may produce (None: no limit)."""
@@ -102,53 +391,15 @@ class LookupCandidateGenerator(CandidateGenerator):  # type: ignore[misc,unused-
         self.follower.end(_single_row(sequence) if sequence is not None else None)
 
 
-def lookup_generate(
-    model: Any,
-    input_ids: torch.LongTensor,
-    logits_processor: Any,
-    stopping_criteria: Any,
-    generation_config: Any,
-    synced_gpus: bool = False,
-    streamer: Any = None,
-    drafter: Any = None,
-    **model_kwargs: Any,
-) -> Any:
-    """``model.generate(..., custom_generate=lookup_generate, drafter=drafter)``: assisted decoding with lookupdec.
-
-    Runs transformers' own assisted decoding (so greedy output is exactly the model's greedy
-    output) with a :class:`LookupCandidateGenerator` as the candidate source; one request per
-    call, ended (merged into the drafter's dynamic cache) when generation returns.
-    """
-    if drafter is None:
-        raise TypeError("lookup_generate needs drafter=lookupdec.Drafter(...) in model.generate(...)")
-    _single_row(input_ids)
-    generator = LookupCandidateGenerator(
-        drafter,
-        eos_token_id=getattr(generation_config, "_eos_token_tensor", None),
-        max_length=generation_config.max_length,
-    )
-
-    def use_lookup(*args: Any, **kwargs: Any) -> LookupCandidateGenerator:
-        return generator
-
-    # _assisted_decoding asks the model for its candidate generator; answer with ours for this call.
-    model._get_candidate_generator = use_lookup
-    try:
-        result = GenerationMixin._assisted_decoding(
-            model,
-            input_ids,
-            logits_processor=logits_processor,
-            stopping_criteria=stopping_criteria,
-            generation_config=generation_config,
-            synced_gpus=synced_gpus,
-            streamer=streamer,
-            **model_kwargs,
-        )
-    finally:
-        del model._get_candidate_generator
-    sequences = result if isinstance(result, torch.Tensor) else result.sequences
-    generator.end(sequences)
-    return result
-
-
-__all__ = ["LookupCandidateGenerator", "lookup_generate"]
+__all__ = [
+    "Choose",
+    "LookupCandidateGenerator",
+    "Propose",
+    "RequestProposer",
+    "StepLog",
+    "Verifier",
+    "decode",
+    "greedy",
+    "lookup_decoding",
+    "lookup_generate",
+]
