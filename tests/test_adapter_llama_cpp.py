@@ -31,16 +31,22 @@ class FakeLlama:
         rng = random.Random(seed)
         self.table = {(a, b): rng.randrange(VOCAB) for a in range(VOCAB) for b in range(VOCAB)}
         self.draft_model = draft_model
-        self.n_ctx = n_ctx
+        self.ctx_size = n_ctx
         self.input_ids = np.zeros(n_ctx, dtype=np.intc)
         self.n_tokens = 0
         self.drafted = 0
         self.accepted = 0  # drafted tokens the model confirmed (counted when the confirmation is yielded)
 
+    def n_ctx(self) -> int:
+        return self.ctx_size
+
+    def token_eos(self) -> int:
+        return VOCAB  # never sampled: the table's tokens are below VOCAB
+
     def next_token(self, upto: int) -> int:
         return self.table[(int(self.input_ids[upto - 2]), int(self.input_ids[upto - 1]))]
 
-    def generate(self, prompt: list[int]) -> Iterator[int]:
+    def generate(self, prompt: list[int], **kwargs: Any) -> Iterator[int]:
         common = 0
         while common < min(self.n_tokens, len(prompt) - 1) and self.input_ids[common] == prompt[common]:
             common += 1
@@ -65,7 +71,7 @@ class FakeLlama:
                 self.input_ids[self.n_tokens : self.n_tokens + len(tokens)] = tokens
                 draft = self.draft_model(self.input_ids[: self.n_tokens + len(tokens)])
                 assert isinstance(draft, np.ndarray) and draft.dtype == np.intc
-                draft = draft.astype(int)[: self.n_ctx - self.n_tokens - len(tokens)]
+                draft = draft.astype(int)[: self.ctx_size - self.n_tokens - len(tokens)]
                 self.drafted += len(draft)
                 tokens.extend(draft)
 
@@ -118,6 +124,52 @@ def test_a_new_prompt_starts_a_new_request() -> None:
     assert drafter.open_requests == 0
 
 
+def test_a_chat_turn_that_extends_the_history_is_a_new_request() -> None:
+    drafter = lookupdec.Drafter(n_draft=4)
+    draft_model = LookupDraftModel(drafter)
+    llm = FakeLlama(draft_model)
+    first = llm.complete(PROMPT, 40)
+    seen = list(draft_model.follower.request.tokens)
+    # The next turn: the whole first exchange, then a new message (more than one step can add).
+    turn = PROMPT + first + [11, 12, 13, 14, 15, 16, 17, 18]
+    llm.complete(turn, 20)
+    assert drafter.stats.requests == 2 and drafter.open_requests == 1
+    expected = lookupdec.NgramCache()
+    expected.update(seen, len(seen))
+    assert drafter.dynamic.contents() == expected.contents()  # the first turn was merged
+    assert list(draft_model.follower.request.tokens[: len(turn)]) == turn
+
+
+def test_generate_ends_the_request_with_every_token() -> None:
+    plain = FakeLlama().complete(PROMPT, 60)
+    drafter = lookupdec.Drafter(n_draft=5)
+    draft_model = LookupDraftModel(drafter)
+    llm = FakeLlama(draft_model)
+    out = list(draft_model.generate(llm, PROMPT, max_tokens=60))
+    assert out == plain and drafter.open_requests == 0 and drafter.stats.requests == 1
+    # The last draft call saw fewer tokens than were generated; the request still counts them all.
+    expected = lookupdec.NgramCache()
+    expected.update(PROMPT + out, len(PROMPT + out))
+    assert drafter.dynamic.contents() == expected.contents()
+    # Closing the generator early ends the request with what was yielded.
+    gen = draft_model.generate(llm, [3, 1, 4, 1, 5], max_tokens=60)
+    head = [next(gen) for _ in range(7)]
+    gen.close()
+    assert drafter.open_requests == 0 and drafter.stats.requests == 2
+    with pytest.raises(ValueError, match="draft_model"):
+        next(LookupDraftModel(drafter).generate(llm, PROMPT))
+    assert head == FakeLlama().complete([3, 1, 4, 1, 5], 7)
+
+
+def test_vocabulary_mismatch_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match=r"vocabulary has 128256 tokens, the model's 49152"):
+        LookupDraftModel(lookupdec.Drafter(vocab_size=128256), n_vocab=49152)
+    # A drafter that does not know its vocabulary drafts an id the model does not have.
+    draft_model = LookupDraftModel(lookupdec.Drafter(n_draft=4), n_vocab=20)
+    with pytest.raises(ValueError, match=r"token id 2[0-3], past the model's vocabulary of 20 tokens"):
+        draft_model(np.array([21, 22, 23, 21, 22, 23, 21, 22], dtype=np.intc))
+
+
 def test_draft_model_contract() -> None:
     drafter = lookupdec.Drafter(n_draft=8)
     draft_model = LookupDraftModel(drafter, n_draft=3, stop=(4,))
@@ -135,7 +187,7 @@ def _llama_draft_model_class() -> type:
         from llama_cpp.llama_speculative import LlamaDraftModel
     except ImportError:
         return type(None)
-    return LlamaDraftModel  # type: ignore[no-any-return]
+    return LlamaDraftModel  # type: ignore[no-any-return,unused-ignore]
 
 
 @pytest.mark.slow

@@ -7,17 +7,26 @@
     from lookupdec.adapters.llama_cpp import LookupDraftModel
 
     drafter = lookupdec.Drafter(static="corpus.lkdc", dynamic="dynamic.bin", n_draft=8)
-    draft_model = LookupDraftModel(drafter)
-    llm = Llama(model_path="model.gguf", draft_model=draft_model, logits_all=True)
-    out = llm("Once upon a time", max_tokens=200, temperature=0)
-    draft_model.end()      # llama-cpp-python has no end-of-request hook: end it yourself
+    llm = Llama(model_path="model.gguf", logits_all=True)
+    draft_model = llm.draft_model = LookupDraftModel(drafter, n_vocab=llm.n_vocab())
+    prompt = llm.tokenize(b"Once upon a time")
+    ids = list(draft_model.generate(llm, prompt, max_tokens=200, temp=0))
+    print(llm.detokenize(ids).decode())
     drafter.save()
 
 ``Llama.generate`` calls the draft model with the committed history after every step (the
-prompt, every accepted token, and the token just sampled). A history that extends the last one
-continues the request; one that does not (a new prompt) ends it and starts a new one. Because
-llama-cpp-python tells a draft model neither when a request starts nor when it ends, the last
-request stays open until the next one begins or :meth:`LookupDraftModel.end` is called.
+prompt, every accepted token, and the token just sampled); llama-cpp-python tells a draft model
+neither when a generation starts nor when it ends. :meth:`LookupDraftModel.generate` wraps
+``llm.generate`` and ends the request with its exact final history (every token it yielded)
+when it returns or is closed. Through ``llm(...)``, ``create_completion`` or
+``create_chat_completion``, a history that extends the last by more than one step can (a chat's
+next turn) or that does not extend it (a new prompt) ends the request and starts a new one; the
+last request stays open until then or until :meth:`LookupDraftModel.end`, and the tokens
+sampled after the last draft call are counted only when ``end`` is given the final history.
+
+``n_vocab`` (the model's, ``llm.n_vocab()``) bounds the drafted ids: a drafter built for a
+larger vocabulary is refused, and an id past it is a clear error rather than a crash inside
+llama.cpp.
 
 The adapter subclasses ``llama_cpp.llama_speculative.LlamaDraftModel`` when llama-cpp-python is
 installed and plain ``object`` otherwise (it only needs NumPy), so it can be used and tested
@@ -26,6 +35,7 @@ without compiling llama.cpp.
 
 from __future__ import annotations
 
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,11 +59,13 @@ class LookupDraftModel(_DraftModelBase):
     """A llama-cpp-python draft model that proposes lookupdec drafts (``Llama(..., draft_model=...)``).
 
     ``n_draft`` (default: the drafter's) bounds each proposal; ``stop`` ids (e.g. the model's
-    end-of-sequence token) cut a proposal before them.
+    end-of-sequence token) cut a proposal before them; ``n_vocab`` is the model's vocabulary size.
     """
 
-    def __init__(self, drafter: Any, n_draft: int | None = None, stop: tuple[int, ...] = ()) -> None:
-        self.follower = HistoryFollower(drafter)
+    def __init__(
+        self, drafter: Any, n_draft: int | None = None, stop: tuple[int, ...] = (), n_vocab: int | None = None
+    ) -> None:
+        self.follower = HistoryFollower(drafter, n_vocab)
         """The request-following state (``follower.request`` is the current request)."""
         self.n_draft: int = drafter.n_draft if n_draft is None else n_draft
         """Tokens proposed per call at most."""
@@ -63,8 +75,35 @@ class LookupDraftModel(_DraftModelBase):
     def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
         """The draft that follows ``input_ids`` (the committed history), as ``numpy.intc`` ids."""
         history: list[int] = np.asarray(input_ids).tolist()
-        proposal = self.follower.sync(history).propose(self.n_draft, stop=self.stop)
+        proposal = self.follower.propose(history, self.n_draft, self.stop)
         return np.array(proposal, dtype=np.intc)
+
+    def generate(
+        self, llm: Any, tokens: Sequence[int], *, max_tokens: int | None = None, **kwargs: Any
+    ) -> Generator[int, None, None]:
+        """``llm.generate(tokens, **kwargs)`` drafted by this model: the generated ids, stopping at end of sequence.
+
+        ``llm`` must have this object as its ``draft_model``. Generation stops before the
+        model's end-of-sequence token and after ``max_tokens`` tokens (None: at the context's
+        end); the request ends with the prompt and every yielded token when the generator
+        returns or is closed.
+        """
+        if getattr(llm, "draft_model", None) is not self:
+            raise ValueError("LookupDraftModel.generate needs llm.draft_model to be this draft model")
+        history = [int(t) for t in tokens]
+        n_prompt = len(history)
+        n_ctx = int(llm.n_ctx())
+        eos = int(llm.token_eos())
+        try:
+            for token in llm.generate(history, **kwargs):
+                if token == eos:
+                    break
+                history.append(int(token))
+                yield int(token)
+                if len(history) - n_prompt == max_tokens or len(history) >= n_ctx:
+                    break
+        finally:
+            self.end(history)
 
     def end(self, history: npt.ArrayLike | None = None) -> None:
         """End the current request (after counting the final ``history`` when given)."""

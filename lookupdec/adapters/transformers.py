@@ -205,18 +205,21 @@ def decode(
 
 
 class RequestProposer:
-    """:data:`Propose` from a :class:`lookupdec.Drafter`: one request, extended as the sequence grows."""
+    """:data:`Propose` from a :class:`lookupdec.Drafter`: one request, extended as the sequence grows.
 
-    def __init__(self, drafter: Any, stop: Collection[int] = ()) -> None:
-        self.follower = HistoryFollower(drafter)
+    ``vocab_size``: the model's (drafted ids past it are a clear error, see
+    :class:`lookupdec.adapters.HistoryFollower`).
+    """
+
+    def __init__(self, drafter: Any, stop: Collection[int] = (), vocab_size: int | None = None) -> None:
+        self.follower = HistoryFollower(drafter, vocab_size)
         """The request-following state (``follower.request`` is the current request)."""
         self.stop = frozenset(stop)
         """Ids a proposal is cut before (end-of-sequence tokens)."""
 
     def __call__(self, tokens: Sequence[int], k: int) -> list[int]:
         """Up to ``k`` drafted tokens after ``tokens``."""
-        proposal: list[int] = self.follower.sync(tokens).propose(k, stop=self.stop)
-        return proposal
+        return self.follower.propose(tokens, k, self.stop)
 
     def end(self, tokens: Sequence[int] | None = None) -> None:
         """End the request (after counting the final ``tokens`` when given)."""
@@ -285,7 +288,7 @@ def lookup_generate(
         cache = None
     verifier = Verifier(model, cache)
     choose, scores = _processed_choice(logits_processor, do_sample)
-    proposer = RequestProposer(drafter, stop=eos)
+    proposer = RequestProposer(drafter, stop=eos, vocab_size=_model_vocab_size(model))
 
     def stop(tokens: list[int], i: int) -> bool:
         if tokens[-1] in eos:
@@ -326,6 +329,14 @@ def lookup_generate(
 
         return GenerateDecoderOnlyOutput(sequences=sequences)  # type: ignore[arg-type,unused-ignore]
     return sequences
+
+
+def _model_vocab_size(model: Any) -> int | None:
+    config = getattr(model, "config", None)
+    size = getattr(config, "vocab_size", None)
+    if size is None and config is not None and hasattr(config, "get_text_config"):
+        size = getattr(config.get_text_config(), "vocab_size", None)
+    return int(size) if size is not None else None
 
 
 def lookup_decoding(drafter: Any, *, stream: Any = None) -> Callable[..., Any]:
@@ -371,13 +382,13 @@ class LookupCandidateGenerator(CandidateGenerator):  # type: ignore[misc,unused-
     ) -> tuple[torch.LongTensor, None]:
         """``input_ids`` followed by the draft (no draft logits: lookup drafting has none)."""
         history = _single_row(input_ids)
-        req = self.follower.sync(history)
         k = self.follower.drafter.n_draft
         if self.max_length is not None:
             k = min(k, self.max_length - len(history) - 1)  # the model adds one token after the draft
         if k <= 0:
+            self.follower.sync(history)
             return input_ids, None
-        proposal = req.propose(k, stop=self.eos_token_ids)
+        proposal = self.follower.propose(history, k, self.eos_token_ids)
         if not proposal:
             return input_ids, None
         draft = torch.tensor([proposal], dtype=input_ids.dtype, device=input_ids.device)
