@@ -4,9 +4,10 @@ The tests of lookupdec's llama-cpp-python adapter must run against the real engi
 ``llama_cpp.Llama``) without downloading a model: `write_tiny_llama` takes one of the
 vocabulary-only GGUF files that llama.cpp ships for its tokenizer tests (no weights, so llama.cpp can
 only tokenize with them) and writes a complete ``llama``-architecture GGUF file with the same
-tokenizer and a few MB of seeded random weights. The model is nonsense, but it is a real model:
-llama.cpp loads it, tokenizes exactly as with the vocabulary alone, decodes one or many tokens per
-batch (what speculative verification needs), and its greedy output is deterministic for a seed.
+tokenizer and seeded random weights (41 MB for Llama 3, mostly its 128,256-row embeddings). The
+model is nonsense, but it is a real model: llama.cpp loads it, tokenizes exactly as with the
+vocabulary alone, decodes one or many tokens per batch (what speculative verification needs), and
+its greedy output is deterministic for a seed.
 
 Run as a script to write one file: ``python tests/gguf_model.py VOCAB.gguf OUT.gguf``.
 """
@@ -14,6 +15,7 @@ Run as a script to write one file: ``python tests/gguf_model.py VOCAB.gguf OUT.g
 from __future__ import annotations
 
 import os
+import re
 import struct
 import sys
 from typing import Any
@@ -42,6 +44,10 @@ _SCALAR_FORMATS: dict[int, str] = {
 _STRING = 8
 _ARRAY = 9
 _TOKEN_TYPE_NORMAL = 1  # llama.cpp's LLAMA_TOKEN_TYPE_NORMAL (gguf.TokenType.NORMAL)
+# The greedy output cycles through this many distinct words (see _cycle_output).
+_CYCLE_LEN = 16
+_CYCLE_GAIN = 2.0
+_WORD_POOL = 256
 
 
 class _KV:
@@ -117,6 +123,55 @@ def _normal(rng: np.random.Generator, shape: tuple[int, ...], std: float) -> npt
     return a
 
 
+def _cycle_words(rng: np.random.Generator, meta: dict[str, _KV]) -> npt.NDArray[np.int64]:
+    """Pick `_CYCLE_LEN` distinct common word tokens (a space, then 4-8 lowercase ASCII letters), in random order."""
+    tokens: list[bytes] = meta["tokenizer.ggml.tokens"].value
+    token_type = meta.get("tokenizer.ggml.token_type")
+    types: list[int] = [_TOKEN_TYPE_NORMAL] * len(tokens) if token_type is None else token_type.value
+    # The space is "\u0120" in byte-level BPE vocabularies (GPT-2's byte-to-unicode map) and "\u2581"
+    # in SentencePiece ones. Whole words keep the generated text plain ASCII: no control tokens and
+    # no byte tokens or pieces of a UTF-8 character, whose detokenized text depends on neighbours.
+    word = re.compile("(\u0120|\u2581)[a-z]{4,8}".encode())
+    ids = [
+        i for i, (t, y) in enumerate(zip(tokens, types, strict=True)) if y == _TOKEN_TYPE_NORMAL and word.fullmatch(t)
+    ]
+    if len(ids) < _CYCLE_LEN:
+        # Some other tokenizer: any normal tokens will do.
+        ids = [i for i, y in enumerate(types) if y == _TOKEN_TYPE_NORMAL]
+    if len(ids) < _CYCLE_LEN:
+        raise ValueError(f"the vocabulary has fewer than {_CYCLE_LEN} normal tokens")
+    # Only the lowest ids: BPE merges and SentencePiece pieces are numbered about by frequency, so
+    # these are common words ("that", "with", "return", ...), which keeps test logs readable, rather
+    # than any of the 10,000-20,000 rarer word tokens (fragments, names, profanity).
+    return rng.choice(np.asarray(ids[:_WORD_POOL], dtype=np.int64), size=_CYCLE_LEN, replace=False)
+
+
+def _cycle_output(
+    rng: np.random.Generator, embd: npt.NDArray[np.float32], meta: dict[str, _KV]
+) -> npt.NDArray[np.float32]:
+    """The output projection: after word k of the cycle comes word k+1 (and after the last, the first).
+
+    Row ``w[k+1]`` is ``_CYCLE_GAIN`` times the unit vector of ``embd[w[k]]``, every other row is zero.
+    The final RMS norm makes the hidden state a vector of length sqrt(n_embd) (8 for n_embd = 64)
+    close to the current token's embedding, so after ``w[k]`` the logit of ``w[k+1]`` is about
+    8 * _CYCLE_GAIN = 16, the other words' are cos * 16 with cos ~ N(0, 1/n_embd), and every other
+    token's is exactly 0. After a token outside the cycle the best-aligned word wins (one of 16
+    random cosines, all but surely positive), so a greedy continuation enters the cycle at once.
+
+    Why a cycle rather than all-random rows: random rows give a random next-token map with ties
+    within float rounding now and then (one-token and many-token decode could then disagree), and
+    a prompt-lookup drafter would never be right; with the cycle, greedy output is never EOS (or
+    any control token: their logits are 0), has 16 distinct words, repeats after 16 tokens (drafts
+    from the generated text get accepted, drafts from the prompt rejected), and wins by a margin of
+    ~10 logits, which float16 weights and any batch shape keep.
+    """
+    words = _cycle_words(rng, meta)
+    output = np.zeros_like(embd)
+    unit = embd[words] / np.linalg.norm(embd[words], axis=1, keepdims=True)
+    output[np.roll(words, -1)] = _CYCLE_GAIN * unit
+    return output
+
+
 def write_tiny_llama(
     vocab_path: str | os.PathLike[str],
     out_path: str | os.PathLike[str],
@@ -129,17 +184,18 @@ def write_tiny_llama(
     n_ff: int = 128,
     n_ctx_train: int = 2048,
 ) -> None:
-    """Write a ``llama`` GGUF model with seeded random f32 weights and the tokenizer of `vocab_path`.
+    """Write a ``llama`` GGUF model with seeded random weights and the tokenizer of `vocab_path`.
 
     `vocab_path` is a GGUF file with ``tokenizer.*`` metadata (e.g. llama.cpp's vocabulary-only
     ``ggml-vocab-llama-bpe.gguf``); every ``tokenizer.*`` key is copied with its value type, so
-    llama.cpp tokenizes with the new file exactly as with that one. The weights are standard llama
-    shapes (grouped-query attention when `n_head_kv` < `n_head`), drawn from ``numpy``'s generator
-    seeded with `seed`: the same arguments write the same bytes.
+    llama.cpp tokenizes with the new file exactly as with that one. The weights have the standard
+    llama shapes (grouped-query attention when `n_head_kv` < `n_head`) and come from ``numpy``'s
+    generator seeded with `seed`: the same arguments write the same bytes. The two vocabulary-sized
+    matrices are float16 (half the file: 41 MB for Llama 3's 128,256 ids at n_embd = 64), the rest
+    float32.
 
-    The output projection's rows for every token that is not a normal text token (control tokens
-    such as BOS/EOS, reserved, unused, byte and user-defined tokens) are zero, so greedy decoding
-    never picks them: the model never ends a generation early and its text is plain.
+    Greedy decoding cycles through 16 distinct word tokens and never produces a control token such
+    as EOS (see `_cycle_output`): generations run to ``max_tokens`` and read as plain ASCII words.
     """
     if n_embd % n_head != 0 or n_head % n_head_kv != 0:
         raise ValueError("n_embd must be a multiple of n_head, and n_head of n_head_kv")
@@ -161,7 +217,7 @@ def write_tiny_llama(
     writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(n_vocab)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     for key, kv in meta.items():
         if key.startswith("tokenizer."):
             sub_type = None if kv.sub_type is None else gguf.GGUFValueType(kv.sub_type)
@@ -170,11 +226,11 @@ def write_tiny_llama(
     rng = np.random.default_rng(seed)
     # numpy shapes are (rows, columns); GGUF stores dimensions innermost first, so llama.cpp's
     # {n_embd, n_vocab} token_embd is a (n_vocab, n_embd) array here, and each projection is
-    # (outputs, inputs). Scales: the residual stream is mostly the token embedding (std 1), the
-    # blocks add small mixes of it (std 0.02-0.1 weights, unit RMS-norm gains), and the output
-    # projection (std 0.1) gives logits of std ~0.8 -- far from flat, so the greedy pick is clear
-    # (top-2 gaps of ~0.1, orders above float32 rounding: one-token and many-token decode agree).
-    writer.add_tensor("token_embd.weight", _normal(rng, (n_vocab, n_embd), 1.0))
+    # (outputs, inputs). The residual stream stays mostly the current token's embedding (std 1):
+    # the blocks add small mixes of the context (std 0.02-0.1 weights, unit RMS-norm gains), which
+    # the output projection below ignores unless it decides between near ties.
+    embd = _normal(rng, (n_vocab, n_embd), 1.0)
+    writer.add_tensor("token_embd.weight", embd.astype(np.float16))
     for i in range(n_layer):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
         writer.add_tensor(f"blk.{i}.attn_q.weight", _normal(rng, (n_head * head_dim, n_embd), 0.1))
@@ -186,16 +242,7 @@ def write_tiny_llama(
         writer.add_tensor(f"blk.{i}.ffn_up.weight", _normal(rng, (n_ff, n_embd), 0.1))
         writer.add_tensor(f"blk.{i}.ffn_down.weight", _normal(rng, (n_embd, n_ff), 0.02))
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    output = _normal(rng, (n_vocab, n_embd), 0.1)
-    token_type = meta.get("tokenizer.ggml.token_type")
-    if token_type is not None:
-        output[np.asarray(token_type.value) != _TOKEN_TYPE_NORMAL] = 0.0
-    for key in ("bos", "eos", "eot", "eom", "pad", "unknown"):
-        # Also the special ids the vocabulary names, whatever their token type says.
-        special = meta.get(f"tokenizer.ggml.{key}_token_id")
-        if special is not None and 0 <= special.value < n_vocab:
-            output[special.value] = 0.0
-    writer.add_tensor("output.weight", output)
+    writer.add_tensor("output.weight", _cycle_output(rng, embd, meta).astype(np.float16))
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

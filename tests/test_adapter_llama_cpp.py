@@ -92,7 +92,8 @@ PROMPT = [1, 2, 3, 4, 5, 1, 2, 3]
 def test_output_identical_and_drafts_counted(impl: str, policy: str) -> None:
     plain = FakeLlama().complete(PROMPT, 120)
     drafter = lookupdec.implementation(impl).Drafter(n_draft=6, policy=policy)
-    draft_model = LookupDraftModel(drafter)
+    # adaptive=False: the draft length would follow the fake's step times (tests/test_draft_length.py)
+    draft_model = LookupDraftModel(drafter, adaptive=False)
     llm = FakeLlama(draft_model)
     out = llm.complete(PROMPT, 120)
     assert out == plain

@@ -10,8 +10,112 @@ history, as the engine shows it each step" onto a :class:`lookupdec.Drafter` req
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Sequence
 from typing import Any
+
+
+class DraftLength:
+    """How many drafted tokens to send, so that drafting never makes generation slower.
+
+    A draft of ``d`` tokens makes the engine verify ``d + 1`` tokens in one step, which costs
+    ``T(d + 1)``; it yields ``E(d) = 1 + p1 + p1 p2 + ... + p1...pd`` tokens, where ``pi`` is how
+    often the ``i``-th drafted token was accepted when the ones before it were. :meth:`choose`
+    picks the ``d <= k`` that maximizes tokens per second, ``E(d) / T(d + 1)``, from what this
+    engine's steps measured (:meth:`observe_step`: the wall time of a step by how many tokens it
+    verified) and what its drafts achieved (:meth:`observe_accept`), both weighted towards the
+    recent (``decay`` per observation of the same kind). On a GPU, where ``T`` barely grows with the tokens, that
+    is the full ``k`` whenever drafts are accepted at all; on a CPU, where verifying 5 tokens can
+    cost 3 single steps, it drafts only what is likely to be accepted, and nothing when nothing is.
+
+    Until a cost is measured it is taken as the nearest measured one (optimistic, so that long
+    drafts are tried and measured); the acceptance starts at 1 for the same reason. After
+    ``explore`` steps in a row without a draft, one token is drafted anyway, so that a text that
+    becomes predictable again is noticed (then after twice as many, up to 64 times ``explore``,
+    while drafting still does not pay).
+    """
+
+    def __init__(self, k: int, decay: float = 0.95, explore: int = 8) -> None:
+        self.k = k
+        """The longest draft."""
+        self.decay = decay
+        """The weight an observation keeps after each newer one (per kind)."""
+        self.explore = explore
+        """Steps without a draft after which one token is drafted anyway."""
+        # decayed sums: step seconds and step counts by tokens verified (index n: n tokens)
+        self._cost = [0.0] * (k + 2)
+        self._cost_w = [0.0] * (k + 2)
+        # decayed counts by draft position (index i: the i-th drafted token, 1-based)
+        self._accepted = [1.0] * (k + 1)
+        self._tried = [1.0] * (k + 1)
+        self._idle = 0
+        self._patience = explore
+
+    def observe_step(self, verified: int, seconds: float) -> None:
+        """A step verified ``verified`` tokens (the draft and the model's own) in ``seconds``."""
+        if not 1 <= verified <= self.k + 1 or seconds <= 0:
+            return
+        # Each length keeps its own recent average: a cost is the engine's, and a length not
+        # drafted for a while costs what it cost last time.
+        self._cost[verified] = self._cost[verified] * self.decay + seconds
+        self._cost_w[verified] = self._cost_w[verified] * self.decay + 1.0
+
+    def observe_accept(self, drafted: int, accepted: int) -> None:
+        """``accepted`` of a draft's first ``drafted`` tokens were accepted."""
+        if drafted <= 0:
+            return
+        d = self.decay
+        for i in range(1, min(drafted, self.k) + 1):
+            self._tried[i] = self._tried[i] * d + 1.0
+            self._accepted[i] = self._accepted[i] * d + (1.0 if i <= accepted else 0.0)
+
+    def costs(self) -> list[float]:
+        """``T(n)`` estimated for n = 1..k+1 (index n - 1).
+
+        Measured where measured, interpolated in between; above the longest step measured, as
+        that step (optimistic: longer drafts get tried); below the shortest, proportional to n
+        (pessimistic: a shorter step gets tried, and measured). Nothing measured: all 1.
+        """
+        known = [(n, self._cost[n] / self._cost_w[n]) for n in range(1, self.k + 2) if self._cost_w[n] > 0.01]
+        if not known:
+            return [1.0] * (self.k + 1)
+        out = []
+        for n in range(1, self.k + 2):
+            lower = [(m, c) for m, c in known if m <= n]
+            upper = [(m, c) for m, c in known if m >= n]
+            if not lower:
+                m, c = upper[0]
+                out.append(c * n / m)
+            elif not upper:
+                out.append(lower[-1][1])
+            else:
+                (lo_n, lo_c), (hi_n, hi_c) = lower[-1], upper[0]
+                out.append(lo_c if hi_n == lo_n else lo_c + (hi_c - lo_c) * (n - lo_n) / (hi_n - lo_n))
+        return out
+
+    def choose(self) -> int:
+        """The draft length to ask for now (0..k)."""
+        costs = self.costs()
+        best, best_rate = 0, 1.0 / costs[0]
+        expected, run = 1.0, 1.0
+        for d in range(1, self.k + 1):
+            run *= self._accepted[d] / self._tried[d]
+            expected += run
+            rate = expected / costs[d]
+            if rate > best_rate:
+                best, best_rate = d, rate
+        if best == 0:
+            self._idle += 1
+            if self._idle >= self._patience:
+                # Explore one token; if that does not make drafting pay, wait twice as long next
+                # time (a text that never drafts well pays for a few exploring steps, not 1 in 8).
+                self._idle = 0
+                self._patience = min(2 * self._patience, 64 * self.explore)
+                return 1
+        else:
+            self._idle = 0
+            self._patience = self.explore
+        return best
 
 
 class HistoryFollower:
@@ -28,9 +132,13 @@ class HistoryFollower:
     ``vocab_size``, the model's vocabulary size when known, bounds the drafted ids: a drafter
     built for a larger vocabulary is refused, and a drafted id past it is a clear error (an
     engine given such an id may crash).
+
+    ``adaptive`` (a :class:`DraftLength`, or None for always ``k``): the draft length is chosen
+    from the wall time between calls (the engine's step, by the tokens it verified) and the
+    acceptance seen in the histories.
     """
 
-    def __init__(self, drafter: Any, vocab_size: int | None = None) -> None:
+    def __init__(self, drafter: Any, vocab_size: int | None = None, adaptive: DraftLength | None = None) -> None:
         self.drafter = drafter
         """The :class:`lookupdec.Drafter` the requests belong to."""
         self.request: Any = None
@@ -39,6 +147,9 @@ class HistoryFollower:
         """The model's vocabulary size (None: not checked)."""
         self.max_growth: int | None = None
         """How many tokens the next history may add and still be the same generation (None: any)."""
+        self.adaptive = adaptive
+        """The draft length's controller (None: always the ``k`` asked for)."""
+        self._returned = 0.0  # when the last proposal was returned (perf_counter)
         drafter_vocab = getattr(drafter, "vocab_size", None)
         if vocab_size is not None and drafter_vocab is not None and drafter_vocab > vocab_size:
             raise ValueError(
@@ -69,7 +180,16 @@ class HistoryFollower:
 
     def propose(self, history: Sequence[int], k: int, stop: Collection[int] = ()) -> list[int]:
         """Sync with ``history``, then up to ``k`` drafted tokens (cut before any ``stop`` id)."""
+        entered = time.perf_counter()
+        last = self.max_growth  # the last proposal's length + 1 (None: no proposal in this generation)
+        known = len(self.request.tokens) if self.request is not None else 0
         req = self.sync(history)
+        ctl = self.adaptive
+        if ctl is not None:
+            if last is not None and self.max_growth is not None:  # the same generation went on
+                ctl.observe_step(last, entered - self._returned)
+                ctl.observe_accept(last - 1, len(history) - known - 1)
+            k = min(k, ctl.choose())
         proposal: list[int] = req.propose(k, stop=stop)
         limit = self.vocab_size
         if limit is not None:
@@ -81,6 +201,7 @@ class HistoryFollower:
                         "refuse them when they are opened)"
                     )
         self.max_growth = len(proposal) + 1
+        self._returned = time.perf_counter()
         return proposal
 
     def end(self, history: Sequence[int] | None = None) -> None:
@@ -93,4 +214,4 @@ class HistoryFollower:
         self.max_growth = None
 
 
-__all__ = ["HistoryFollower"]
+__all__ = ["DraftLength", "HistoryFollower"]

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from lookupdec.adapters import HistoryFollower
+from lookupdec.adapters import DraftLength, HistoryFollower
 
 if TYPE_CHECKING:
     _DraftModelBase = object
@@ -60,14 +60,23 @@ class LookupDraftModel(_DraftModelBase):
 
     ``n_draft`` (default: the drafter's) bounds each proposal; ``stop`` ids (e.g. the model's
     end-of-sequence token) cut a proposal before them; ``n_vocab`` is the model's vocabulary size.
+    ``adaptive`` (the default): each proposal is as long as pays off on this engine, from the
+    measured time of its steps and the drafts' acceptance (:class:`lookupdec.adapters.DraftLength`);
+    False: always up to ``n_draft``.
     """
 
     def __init__(
-        self, drafter: Any, n_draft: int | None = None, stop: tuple[int, ...] = (), n_vocab: int | None = None
+        self,
+        drafter: Any,
+        n_draft: int | None = None,
+        stop: tuple[int, ...] = (),
+        n_vocab: int | None = None,
+        adaptive: bool = True,
     ) -> None:
-        self.follower = HistoryFollower(drafter, n_vocab)
+        k: int = drafter.n_draft if n_draft is None else n_draft
+        self.follower = HistoryFollower(drafter, n_vocab, DraftLength(k) if adaptive else None)
         """The request-following state (``follower.request`` is the current request)."""
-        self.n_draft: int = drafter.n_draft if n_draft is None else n_draft
+        self.n_draft = k
         """Tokens proposed per call at most."""
         self.stop = frozenset(stop)
         """Ids a proposal is cut before."""

@@ -47,7 +47,7 @@ except ImportError as e:  # pragma: no cover - depends on the install
         f"lookupdec.adapters.transformers needs torch and transformers ({e}): pip install 'lookupdec[transformers]'"
     ) from e
 
-from lookupdec.adapters import HistoryFollower
+from lookupdec.adapters import DraftLength, HistoryFollower
 
 Propose = Callable[[Sequence[int], int], Sequence[int]]
 """``propose(tokens, k)``: up to ``k`` tokens likely to follow ``tokens`` (the committed sequence)."""
@@ -98,16 +98,24 @@ class Verifier:
         """Tokens the cache holds."""
         params = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._logits_to_keep = "logits_to_keep" in params
         # transformers 5.x: crop(-n) removes n tokens and crop(0) still resizes sliding-window
         # layers; 4.x: crop(n >= 0) keeps n tokens, so crop(0) would empty the cache.
         self._crop_zero = "tokens_to_remove" in inspect.signature(self.cache.crop).parameters
 
-    def forward(self, ids: Sequence[int]) -> torch.Tensor:
-        """Feed ``ids`` after the cached tokens; their logits, shape ``(len(ids), vocab)``."""
+    def forward(self, ids: Sequence[int], keep: int = 0) -> torch.Tensor:
+        """Feed ``ids`` after the cached tokens; their logits, shape ``(len(ids), vocab)``.
+
+        ``keep``: only the last ``keep`` positions' logits (0: all). A prompt's prefill needs
+        one row, and a row over a large vocabulary is large (128,256 floats for Llama 3).
+        """
         device = getattr(self.model, "device", None)
         tensor = torch.tensor([list(ids)], dtype=torch.long, device=device)
+        extra: dict[str, Any] = {self._cache_arg: self.cache}
+        if keep and self._logits_to_keep:
+            extra["logits_to_keep"] = keep
         with torch.no_grad():
-            out = self.model(input_ids=tensor, use_cache=True, **{self._cache_arg: self.cache})
+            out = self.model(input_ids=tensor, use_cache=True, **extra)
         self.length += len(ids)
         logits: torch.Tensor = out.logits[0]
         return logits
@@ -172,7 +180,7 @@ def decode(
     if not tokens:
         raise ValueError("decode needs a prompt of at least one token")
     end = len(tokens) + max_new_tokens
-    logits = verifier.forward(tokens)[-1:]
+    logits = verifier.forward(tokens, keep=1)[-1:]
     new = choose(logits, tokens, len(tokens))
     while True:
         committed: list[int] = []
@@ -208,11 +216,16 @@ class RequestProposer:
     """:data:`Propose` from a :class:`lookupdec.Drafter`: one request, extended as the sequence grows.
 
     ``vocab_size``: the model's (drafted ids past it are a clear error, see
-    :class:`lookupdec.adapters.HistoryFollower`).
+    :class:`lookupdec.adapters.HistoryFollower`). ``adaptive`` (the default): each proposal is
+    as long as pays off, from the measured time of the steps and the drafts' acceptance
+    (:class:`lookupdec.adapters.DraftLength`); False: always as long as asked.
     """
 
-    def __init__(self, drafter: Any, stop: Collection[int] = (), vocab_size: int | None = None) -> None:
-        self.follower = HistoryFollower(drafter, vocab_size)
+    def __init__(
+        self, drafter: Any, stop: Collection[int] = (), vocab_size: int | None = None, adaptive: bool = True
+    ) -> None:
+        ctl = DraftLength(drafter.n_draft) if adaptive else None
+        self.follower = HistoryFollower(drafter, vocab_size, ctl)
         """The request-following state (``follower.request`` is the current request)."""
         self.stop = frozenset(stop)
         """Ids a proposal is cut before (end-of-sequence tokens)."""
@@ -261,6 +274,7 @@ def lookup_generate(
     streamer: Any = None,
     drafter: Any = None,
     stream: Any = None,
+    adaptive: bool = True,
     **model_kwargs: Any,
 ) -> Any:
     """``model.generate(..., custom_generate=lookup_generate, drafter=drafter)``: generation with lookupdec drafts.
@@ -268,6 +282,8 @@ def lookup_generate(
     Drafts ``drafter.n_draft`` tokens at most per step (cut before an end-of-sequence id and at
     ``max_length``); one request per call, ended (merged into the drafter's dynamic cache) when
     generation returns. ``stream``: a transformers streamer (see the module's docstring).
+    ``adaptive``: draft only as long as pays off on this model and machine (see
+    :class:`RequestProposer`); False: always ``drafter.n_draft``.
     Returns the sequences tensor, or a ``GenerateDecoderOnlyOutput`` holding it when
     ``return_dict_in_generate`` is set.
     """
@@ -288,7 +304,7 @@ def lookup_generate(
         cache = None
     verifier = Verifier(model, cache)
     choose, scores = _processed_choice(logits_processor, do_sample)
-    proposer = RequestProposer(drafter, stop=eos, vocab_size=_model_vocab_size(model))
+    proposer = RequestProposer(drafter, stop=eos, vocab_size=_model_vocab_size(model), adaptive=adaptive)
 
     def stop(tokens: list[int], i: int) -> bool:
         if tokens[-1] in eos:
@@ -339,15 +355,15 @@ def _model_vocab_size(model: Any) -> int | None:
     return int(size) if size is not None else None
 
 
-def lookup_decoding(drafter: Any, *, stream: Any = None) -> Callable[..., Any]:
+def lookup_decoding(drafter: Any, *, stream: Any = None, adaptive: bool = True) -> Callable[..., Any]:
     """``model.generate(..., custom_generate=lookup_decoding(drafter))``: :func:`lookup_generate` bound to ``drafter``.
 
     ``stream``: a transformers streamer that receives the prompt, the committed tokens and
-    ``end()`` (see the module's docstring).
+    ``end()`` (see the module's docstring); ``adaptive``: see :func:`lookup_generate`.
     """
     if drafter is None:
         raise TypeError("lookup_decoding needs a lookupdec.Drafter")
-    return functools.partial(lookup_generate, drafter=drafter, stream=stream)
+    return functools.partial(lookup_generate, drafter=drafter, stream=stream, adaptive=adaptive)
 
 
 # Without transformers installed, mypy sees CandidateGenerator as Any (subclassing Any is an error then).

