@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -189,21 +188,3 @@ def _llama_draft_model_class() -> type:
     except ImportError:
         return type(None)
     return LlamaDraftModel  # type: ignore[no-any-return,unused-ignore]
-
-
-@pytest.mark.slow
-def test_real_llama_cpp() -> None:
-    llama_cpp = pytest.importorskip(
-        "llama_cpp", reason="llama-cpp-python is not installed (pip install 'lookupdec[llama-cpp]'): real test skipped"
-    )
-    model_path = os.environ.get("LOOKUPDEC_GGUF_MODEL")
-    if not model_path:
-        pytest.skip("set LOOKUPDEC_GGUF_MODEL to a small GGUF model to run the real llama-cpp-python test")
-    prompt = b"The capital of France is Paris. The capital of France is"
-    plain = llama_cpp.Llama(model_path, logits_all=True, verbose=False, seed=0)(prompt, max_tokens=32, temperature=0)
-    drafter = lookupdec.Drafter(n_draft=4)
-    draft_model = LookupDraftModel(drafter)
-    llm = llama_cpp.Llama(model_path, logits_all=True, verbose=False, seed=0, draft_model=draft_model)
-    drafted = llm(prompt, max_tokens=32, temperature=0)
-    assert drafted["choices"][0]["text"] == plain["choices"][0]["text"]
-    assert drafter.stats.proposals > 0

@@ -23,7 +23,6 @@ import pytest
 
 import lookupdec
 from lookupdec.adapters.llama_cpp import LookupDraftModel
-from tests.gguf_model import write_tiny_llama
 
 pytestmark = pytest.mark.engine
 
@@ -77,8 +76,9 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     vocab = SHARED / "vocab" / "ggml-vocab-llama-bpe.gguf"
     if not vocab.is_file():
         pytest.skip(f"{vocab} is not here (../shared/data/vocab)")
+    gguf_model = importlib.import_module("tests.gguf_model")  # imports gguf: only where these tests run
     path = tmp_path_factory.mktemp("gguf") / "tiny-llama.gguf"
-    write_tiny_llama(vocab, path, seed=0)
+    gguf_model.write_tiny_llama(vocab, path, seed=0)
     yield path
     path.unlink()
 
