@@ -187,3 +187,18 @@ def test_perf_speedup_llama_cpp_reports_every_drafter(
     for drafter in ("none", "lcp-pld", "llama", "hybrid", "hybrid+static"):
         assert f" {drafter} " in out
     assert "tok/s" in out and "speedup" in out
+
+
+def test_lookupdec_tokenizes_smollm2_as_llama_cpp(llama_cpp: Any, smollm2: Path) -> None:
+    # SmolLM2's GGUF says tokenizer.ggml.pre = "smollm": GPT-2's split, every digit a piece.
+    from lookupdec.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(str(smollm2))
+    model = llama_cpp.Llama(model_path=str(smollm2), vocab_only=True, verbose=False)
+    wiki = (SHARED / "wiki.test.raw").read_text(encoding="utf-8")[:100_000]
+    code = (Path(__file__).resolve().parents[1] / "lookupdec" / "adapters" / "__init__.py").read_text(encoding="utf-8")
+    special = "<|im_start|>user\nHello 12345 world<|im_end|>\n  \t end 3.14159 <|endoftext|>"
+    for text in [wiki, code, special * 3, "x = 1234567890\n"]:
+        for flag in (True, False):
+            expected = model.tokenize(text.encode("utf-8"), add_bos=flag, special=flag)
+            assert tok.encode(text, add_special=flag, parse_special=flag).tolist() == expected

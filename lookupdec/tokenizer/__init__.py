@@ -14,7 +14,7 @@ segmentation of each raw fragment, EOS. The lookup tools (``llama-lookup-create`
 ``llama-lookup-stats``) tokenize with both flags on, the defaults here.
 
 Supported: ``tokenizer.ggml.model`` ``gpt2`` with the pre-tokenizers of
-:data:`lookupdec.tokenizer.bpe.SUPPORTED_PRE` (Llama 3, Qwen2, DeepSeek Coder, GPT-2 and their
+:data:`lookupdec.tokenizer.bpe.SUPPORTED_PRE` (Llama 3, Qwen2, DeepSeek Coder, GPT-2, SmolLM and their
 llama.cpp aliases) and ``llama`` (SentencePiece: Llama 2, Phi-3, ...). Anything else raises
 :class:`UnsupportedVocabError` naming what is not supported.
 """

@@ -105,6 +105,8 @@ for _n in (
     "modern-bert",
 ):
     _PRE_TYPES[_n] = ((_GPT2,), False, False)
+# SmolLM's: GPT-2's split after one that makes every digit a piece of its own.
+_PRE_TYPES["smollm"] = ((r"\p{N}", _GPT2), False, False)
 
 SUPPORTED_PRE = tuple(sorted(_PRE_TYPES))
 """Values of ``tokenizer.ggml.pre`` this package tokenizes exactly like llama.cpp."""
