@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -371,3 +372,37 @@ def test_real_vllm() -> None:
     spec = {"method": "custom_class", "model": "lookupdec.adapters.vllm.LookupProposer", "num_speculative_tokens": 4}
     drafted = LLM(model=model, enforce_eager=True, speculative_config=spec).generate(prompts, params)
     assert [o.outputs[0].token_ids for o in drafted] == [o.outputs[0].token_ids for o in plain]
+
+
+@pytest.mark.slow
+def test_real_vllm_tiny_model(tmp_path: Path) -> None:
+    # vLLM's own engine (scheduler, model runner, InputBatch, worker processes) on CPU with a
+    # tiny random-weight Llama: greedy output identical with and without the LookupProposer,
+    # every call made from a runner whose request ids the proposer found, drafts accepted, and
+    # the dynamic file written when the engine's processes exit.
+    pytest.importorskip("vllm", reason="vLLM is not installed: real-engine test skipped")
+    pytest.importorskip("transformers", reason="transformers writes the tiny model")
+    import subprocess
+
+    from tests.real_vllm_run import PROBE_ENV, make_model
+
+    model = tmp_path / "tiny-llama"
+    make_model(os.fspath(model))
+    dynamic, probe = tmp_path / "dynamic.bin", tmp_path / "probe.json"
+    env = dict(os.environ, LOOKUPDEC_DYNAMIC=os.fspath(dynamic), **{PROBE_ENV: os.fspath(probe)})
+    root = Path(__file__).resolve().parent.parent
+    env["PYTHONPATH"] = os.pathsep.join([os.fspath(root), env.get("PYTHONPATH", "")])
+    outputs = {}
+    for mode in ("plain", "spec"):
+        out = tmp_path / f"{mode}.json"
+        run = [sys.executable, "-m", "tests.real_vllm_run", os.fspath(model), os.fspath(out), mode]
+        subprocess.run(run, cwd=root, env=env, check=True, timeout=900)
+        outputs[mode] = json.loads(out.read_text())
+    assert len(outputs["plain"]) == 8 and all(len(o) == 64 for o in outputs["plain"])
+    assert outputs["spec"] == outputs["plain"]
+    seen = json.loads(probe.read_text())
+    assert seen["calls"] > 0 and seen["calls_by_id"] == seen["calls"]
+    assert seen["requests"] >= 7  # the last one ends when the process exits, after the last record
+    assert seen["num_tokens_no_spec_rows"] == 4  # vLLM passes its whole buffer (max_num_seqs rows)
+    assert seen["n_accept"] > 0
+    assert dynamic.exists() and len(saved_dynamic(dynamic)) > 0
