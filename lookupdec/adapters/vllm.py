@@ -58,10 +58,12 @@ tokens (:class:`lookupdec.fast._rows.RowTracker`).
 The dynamic cache file is saved as requests end (rate-limited by ``LOOKUPDEC_SAVE_INTERVAL``)
 and once more when the process exits, through a ``multiprocessing.util.Finalize`` with an exit
 priority: vLLM runs its EngineCore (and, with tensor parallelism, its workers) as
-``multiprocessing`` children, by default forked, and a child leaves through ``os._exit`` without
-running ``atexit`` handlers, but ``Process._bootstrap`` runs multiprocessing's finalizers first,
-on a normal return and on the ``SystemExit`` vLLM's SIGTERM handler raises; in a plain process
-they run from ``atexit``. That exit save is also what merges the last requests, which no later
+``multiprocessing`` children (``vllm/v1/engine/utils.py:261``, ``get_mp_context()``), forked by
+default (``VLLM_WORKER_MULTIPROC_METHOD``, ``vllm/envs.py:939``; the CPU platform forces spawn),
+and a forked child leaves through ``os._exit`` without running ``atexit`` handlers, but
+``Process._bootstrap`` runs multiprocessing's finalizers first, on a normal return and on the
+``SystemExit`` vLLM's SIGTERM handler raises; in a spawned child or a plain process they run
+from ``atexit``. That exit save is also what merges the last requests, which no later
 step ends. With tensor parallelism every rank drafts the same (only the driver's drafts are
 used), but only tensor-parallel rank 0 saves: each rank saving would add the same counts once
 per rank.
