@@ -189,6 +189,23 @@ class FakeInputBatch:
         self.token_ids_cpu[[i1, i2]] = self.token_ids_cpu[[i2, i1]]
 
 
+class CustomClassProposer:
+    """The wrapper of an older vLLM revision (71f7afb3): it passes the four arguments by keyword."""
+
+    def __init__(self, user_proposer: Any) -> None:
+        self.user_proposer = user_proposer
+
+    def propose(
+        self, sampled_token_ids: Any, num_tokens_no_spec: Any, token_ids_cpu: Any, slot_mappings: Any = None
+    ) -> Any:
+        return self.user_proposer.propose(
+            sampled_token_ids=sampled_token_ids,
+            num_tokens_no_spec=num_tokens_no_spec,
+            token_ids_cpu=token_ids_cpu,
+            slot_mappings=slot_mappings,
+        )
+
+
 class FakeVllm:
     """Runs requests through ``proposer.propose`` the way vLLM's V1 engine calls it.
 
@@ -197,7 +214,8 @@ class FakeVllm:
     decoding rows are swapped ahead of prefilling ones, as ``_may_reorder_batch`` may do.
     ``gate_drafter_len``: skip the proposer for a step whose longest row is near
     ``max_model_len``, as vLLM does. ``expose_runner``: False hands the proposer copies of the
-    buffers, so it cannot find this runner (its by-content fallback).
+    buffers, so it cannot find this runner (its by-content fallback). ``wrapped``: the call goes
+    through :class:`CustomClassProposer`.
     """
 
     def __init__(
@@ -211,6 +229,7 @@ class FakeVllm:
         reorder: bool = False,
         gate_drafter_len: bool = True,
         expose_runner: bool = True,
+        wrapped: bool = False,
     ) -> None:
         self.proposer = proposer
         self.drafter = proposer  # vLLM's name for it
@@ -222,6 +241,7 @@ class FakeVllm:
         self.reorder = reorder
         self.gate_drafter_len = gate_drafter_len
         self.expose_runner = expose_runner
+        self.wrapped = wrapped  # called through a CustomClassProposer-like wrapper, by keyword
         self.k: int = proposer.k
         self.input_batch = FakeInputBatch(max_num_seqs, max_model_len)
         self.requests: dict[str, FakeRequest] = {}  # the runner's cached states: every unfinished request
@@ -365,7 +385,14 @@ class FakeVllm:
         self.log.append((self._ended, committed))
         self._ended = []
         self.calls += 1
-        if self.expose_runner:
+        if self.wrapped:
+            drafts = CustomClassProposer(self.drafter).propose(
+                sampled_token_ids=sampled,
+                num_tokens_no_spec=batch.num_tokens_no_spec,
+                token_ids_cpu=batch.token_ids_cpu,
+                slot_mappings=None,
+            )
+        elif self.expose_runner:
             drafts = self.drafter.propose(sampled, batch.num_tokens_no_spec, batch.token_ids_cpu, slot_mappings=None)
         else:
             drafts = self.drafter.propose(

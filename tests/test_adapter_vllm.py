@@ -16,6 +16,7 @@ import pytest
 
 import lookupdec
 from lookupdec.adapters.vllm import LookupProposer
+from lookupdec.fast._rows import RowTracker
 from lookupdec.formats import write_static
 from tests.fake_vllm import FakeRequest, FakeVllm, vllm_config
 from tests.impls import FastImpl, ImplTests, ReferenceImpl
@@ -77,15 +78,22 @@ class VllmProposerTests(ImplTests):
         assert stats.n_accept == sum(r.n_accept_seen for r in requests) > 100
         assert proposer.drafter.dynamic.contents() == oracle.dynamic.contents()
 
-    @pytest.mark.parametrize("policy", ["llama", "hybrid"])
-    def test_follows_requests_by_id_at_saturation(self, policy: str) -> None:
+    @pytest.mark.parametrize(("policy", "wrapped"), [("llama", False), ("hybrid", False), ("llama", True)])
+    def test_follows_requests_by_id_at_saturation(self, policy: str, wrapped: bool) -> None:
         # The runner's view: a token budget that leaves running requests out of steps, rows
         # reordered, steps without a proposer call near max_model_len, holes filled before
         # condense, drafts written into the rows. Requests are followed by vLLM's ids.
         k, max_model_len = 6, 250  # several requests run to max_model_len
         drafter = self.impl.Drafter(static=self.static(), n_draft=k, policy=policy)
         proposer = LookupProposer(vllm_config(k, max_model_len), drafter=drafter)
-        fake = FakeVllm(proposer, max_num_seqs=8, max_model_len=max_model_len, max_num_batched_tokens=24, reorder=True)
+        fake = FakeVllm(
+            proposer,
+            max_num_seqs=8,
+            max_model_len=max_model_len,
+            max_num_batched_tokens=24,
+            reorder=True,
+            wrapped=wrapped,
+        )
         requests = make_requests(40, max_model_len)
         fake.run(requests[:20], arrivals={5: requests[20:30], 40: requests[30:]})
         # Each case really happened.
@@ -203,6 +211,28 @@ class VllmProposerTests(ImplTests):
         proposer.end_all()
         assert proposer.drafter.stats == oracle.stats and proposer.drafter.stats.requests == 3
         assert proposer.drafter.dynamic.contents() == oracle.dynamic.contents()
+
+    def test_request_ids_without_the_runners_live_set(self) -> None:
+        # A runner with request ids but no `requests`: a request absent from the batch is
+        # taken for finished. A row that holds fewer tokens than its request has seen is a new
+        # request under a reused id: the old one ends, the new one starts from the row.
+        k, width = 4, 32
+        tracker = RowTracker()
+        drafter = self.impl.Drafter(n_draft=k)
+        rows = np.zeros((2, width), dtype=np.int32)
+        rows[0, :6] = [5, 6, 7, 5, 6, 7]
+        rows[1, :5] = [1, 2, 3, 1, 2]
+        drafts = tracker.step_ids(drafter, [[7], [2]], [6, 5], rows, ["a", "b"], None, k, width)
+        assert drafts[0][:2] == [5, 6] and drafter.open_requests == 2
+        rows[0, :7] = [5, 6, 7, 5, 6, 7, 5]
+        tracker.step_ids(drafter, [[5]], [7], rows, ["a"], None, k, width)  # "b" left: ended
+        assert drafter.open_requests == 1 and drafter.stats.requests == 2 and tracker.ended == 1
+        rows[0, :3] = [9, 8, 9]  # "a" again, but 3 tokens: not the request seen with 7
+        tracker.step_ids(drafter, [[9]], [3], rows, ["a"], {"a"}, k, width)
+        assert drafter.stats.requests == 3 and drafter.open_requests == 1 and tracker.ended == 2
+        assert list(tracker.by_id["a"].tokens) == [9, 8, 9]
+        tracker.end_all()
+        assert drafter.open_requests == 0 and drafter.stats.requests == 3 and tracker.ended == 3
 
 
 class TestVllmProposerReference(ReferenceImpl, VllmProposerTests):
