@@ -68,6 +68,20 @@ step ends. With tensor parallelism every rank drafts the same (only the driver's
 used), but only tensor-parallel rank 0 saves: each rank saving would add the same counts once
 per rank.
 
+vLLM 0.34.0 (read from its released wheel) has no ``custom_class`` and no such proposer call: its
+V2 model runner (``vllm/v1/worker/gpu/model_runner.py``) builds a speculator named by a
+``SpeculatorConfig`` that a general plugin registers with ``register_speculative_method(name,
+config_cls)`` (``vllm/v1/worker/gpu/spec_decode/speculator_config.py``; options in
+``SpeculativeConfig.speculator_options`` when the config lists it in ``supported_options``). The
+speculator, a ``BaseSpeculator`` subclass built as ``cls(vllm_config, device[, req_states])``
+(``spec_decode/__init__.py``, ``init_speculator``), gets ``add_request(req_index)`` for a slot of
+the runner's ``RequestState``, ``on_requests_finished(finished_req_ids)`` before the slots are
+freed (preempted requests are removed without it), and ``propose(input_batch, ...,
+num_sampled, num_rejected, last_sampled, ...)`` returning a ``[num_reqs, k]`` device tensor of
+drafts (short drafts padded with ordinary rejectable tokens). The token history lives on the
+device (``RequestState.all_token_ids``, a ``StagedWriteTensor``, GPU or UVA memory), so a host-side
+drafter there needs a device-to-host copy of each step's new tokens. Not implemented here yet.
+
 This module never imports vLLM: the proposer only reads the config fields it needs and the
 arrays vLLM passes (NumPy arrays or lists), and vLLM's tensor-parallel rank where vLLM has
 already loaded ``vllm.distributed.parallel_state``.
