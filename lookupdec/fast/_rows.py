@@ -66,19 +66,109 @@ def continues(req: Any, known: i64, first: int, mid: int, last: int) -> bool:
 
 
 class RowTracker:
-    """The requests of vLLM's persistent batch by row, followed from step to step.
+    """The requests of vLLM's persistent batch, followed from step to step.
 
-    A row whose known tokens continue a request (same length, same first, middle and last
-    token) extends it, even from another row; a row that continues none starts a new request
-    with its whole history as the prompt; a request that appears in no row is ended (its
-    context merged into the dynamic cache) before anything is drafted in that step.
+    Two ways, one per call: :meth:`step_ids` when vLLM's request ids are at hand (a request is
+    its id, wherever its row is, and it ends when vLLM drops it), :meth:`step` when they are not
+    (by content: a row whose known tokens continue a request, same length, same first, middle
+    and last token, extends it, even from another row; a row that continues none starts a new
+    request with its whole history as the prompt; a request that appears in no row is ended).
+    Either way requests end (their contexts merged into the dynamic cache) before anything is
+    drafted in that step.
     """
 
     rows: list[Any]
     """Batch row -> the request that was in it at the last step (None: an idle row)."""
+    by_id: dict[str, Any]
+    """vLLM request id -> its open request (:meth:`step_ids`)."""
+    ended: int
+    """Requests ended so far (the adapter saves the dynamic cache after steps that end some)."""
 
     def __init__(self) -> None:
         self.rows = []
+        self.by_id = {}
+        self.ended = 0
+
+    def step_ids(
+        self,
+        drafter: Any,
+        sampled_token_ids: Any,
+        num_tokens_no_spec: Any,
+        token_ids: Any,
+        req_ids: list[str],
+        live: Any,
+        k: int,
+        max_model_len: int,
+    ) -> list[list[int]]:
+        """One vLLM step with the batch's request ids: the drafts of every row.
+
+        ``req_ids[i]``: the id of the request in row i (vLLM's ``InputBatch.req_ids``);
+        ``live``: the ids of every request vLLM still holds, scheduled in this step or not
+        (``GPUModelRunner.requests``; anything supporting ``in``), or None when unknown. An open
+        request whose id is not in ``live`` has finished and is ended; one that is merely absent
+        from the batch (left unscheduled at the token budget, or preempted) stays open, so it
+        continues when it comes back instead of being counted twice. With ``live`` None, a
+        request absent from the batch is taken for finished.
+
+        A row may hold more tokens than its request has seen: vLLM skips ``propose`` for a whole
+        step when its longest row is near ``max_model_len``. The row's tokens in between are
+        committed first (the request's last proposal is judged by them, as by ``sampled``).
+        """
+        batch = as_lists(sampled_token_ids)
+        n_rows = len(batch)
+        raw_counts: list[Any] = as_list(num_tokens_no_spec)[:n_rows]
+        counts = [int(n) for n in raw_counts]
+        if len(counts) != n_rows or len(req_ids) < n_rows:
+            raise ValueError(
+                f"{n_rows} rows of sampled tokens, {len(counts)} of num_tokens_no_spec, {len(req_ids)} request ids"
+            )
+        by_id = self.by_id
+        # End the finished requests first, in the order they started (the same on every rank).
+        if live is None:
+            present = set(req_ids[:n_rows])
+            gone = [rid for rid in by_id if rid not in present]
+        else:
+            gone = [rid for rid in by_id if rid not in live]
+        for rid in gone:
+            by_id.pop(rid).end()
+            self.ended += 1
+        drafts: list[list[int]] = []
+        budget: i64 = k
+        limit: i64 = max_model_len
+        for i in range(n_rows):
+            sampled = batch[i]
+            rid = req_ids[i]
+            n: i64 = counts[i]
+            req = by_id.get(rid)
+            if req is None:
+                if not sampled:  # still prefilling: the request starts with its first sampled token
+                    drafts.append([])
+                    continue
+                req = drafter.request(token_ids[i, :n].tolist())
+                by_id[rid] = req
+            else:
+                known: i64 = n - len(sampled)
+                have: i64 = len(tokens_of(req))
+                if have > known:
+                    # The row no longer holds what the request saw (vLLM reused the id): a new request.
+                    req.end()
+                    self.ended += 1
+                    req = drafter.request(token_ids[i, :n].tolist())
+                    by_id[rid] = req
+                    sampled = []
+                elif have < known:
+                    req.extend(token_ids[i, have:known].tolist())
+                if sampled:
+                    req.extend(sampled)
+            room = limit - len(tokens_of(req))
+            d = budget if budget < room else room
+            if d <= 0 or not batch[i]:
+                drafts.append([])
+            elif isinstance(req, Request):
+                drafts.append(req.propose(d))
+            else:
+                drafts.append(req.propose(d))
+        return drafts
 
     def step(
         self, drafter: Any, sampled_token_ids: Any, num_tokens_no_spec: Any, token_ids: Any, k: int, max_model_len: int
@@ -148,6 +238,7 @@ class RowTracker:
             r = previous[j]
             if r is not None and not claimed[j]:
                 r.end()
+                self.ended += 1
         # Pass 2: count what each row committed, then draft within the model's length budget.
         # The isinstance branches let mypyc call a lookupdec.fast request natively; any other
         # request (the reference's, the hybrid policy's) goes through its Python methods.
@@ -185,7 +276,12 @@ class RowTracker:
         for req in self.rows:
             if req is not None:
                 req.end()
+                self.ended += 1
         self.rows = []
+        for req in self.by_id.values():
+            req.end()
+            self.ended += 1
+        self.by_id = {}
 
 
 __all__ = ["RowTracker", "as_list", "as_lists", "continues"]
