@@ -10,7 +10,8 @@ with the KV cache, as an engine runs it. Drafters run side by side in one proces
 - ``llama``, ``hybrid``, ``hybrid+static``: lookupdec with llama.cpp's policy, the hybrid policy,
   and the hybrid policy with a static index (a fresh Drafter for every generation: no dynamic
   cache carried between runs, which would hold the answer of the previous round), each drafting
-  as long as pays off (the adapters' default, ``DraftLength``: up to k);
+  as long as pays off (the adapters' default, ``DraftLength``: up to k; one per variant and k,
+  kept across its generations as an engine's adapter keeps it);
 - ``llama/fixed``, ``hybrid/fixed``: the same, always drafting up to k (``adaptive=False``);
 - ``lcp-pld`` (``--engine llama-cpp``): llama-cpp-python's own ``LlamaPromptLookupDecoding``.
 
@@ -291,16 +292,42 @@ def transformers_run(
     )  # fmt: skip
 
 
-def lookupdec_proposer(name: str, static: Any, k: int, eos: frozenset[int], n_vocab: int) -> Any:
+def controller(controllers: dict[tuple[str, int], Any], name: str, k: int) -> Any:
+    """The DraftLength a drafter variant keeps across its generations, as an engine's adapter does (False: fixed)."""
+    from lookupdec.adapters import DraftLength
+
+    if name.endswith("/fixed"):
+        return False
+    return controllers.setdefault((name, k), DraftLength(k))
+
+
+def lookupdec_proposer(name: str, static: Any, k: int, eos: frozenset[int], n_vocab: int, adaptive: Any) -> Any:
     import lookupdec
     from lookupdec.adapters.transformers import RequestProposer
 
     policy = "llama" if name.startswith("llama") else "hybrid"
     drafter = lookupdec.Drafter(static=static if "static" in name else None, n_draft=k, policy=policy)
-    return RequestProposer(drafter, stop=eos, vocab_size=n_vocab, adaptive=not name.endswith("/fixed"))
+    return RequestProposer(drafter, stop=eos, vocab_size=n_vocab, adaptive=adaptive)
 
 
 # --- llama-cpp-python ------------------------------------------------------------------------
+
+
+def llama_cpp_curve(llm: Any, context: Sequence[int], k_max: int, reps: int) -> list[float]:
+    """Median seconds of ``llm.eval`` over 1..k_max+1 new tokens after ``context`` (then removed again)."""
+    llm.reset()
+    llm.eval(list(context))
+    base = llm.n_tokens
+    times: list[list[float]] = [[] for _ in range(k_max + 1)]
+    for _ in range(reps):
+        for n in range(1, k_max + 2):
+            t0 = time.perf_counter()
+            llm.eval(list(context[-n:]))
+            times[n - 1].append(time.perf_counter() - t0)
+            # what Llama.generate does to a rejected draft (llama-cpp-python has no public rewind)
+            llm.n_tokens = base
+            llm._ctx.kv_cache_seq_rm(-1, base, -1)
+    return [statistics.median(t) for t in times]
 
 
 def llama_cpp_run(llm: Any, name: str, draft_model: Any, prompt: list[int], k: int, new: int, workload: str) -> Run:
@@ -546,6 +573,7 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
     ctx = workloads[0].prompts[0]
     curves["*"] = verify_curve(lambda: Verifier(model), ctx, max(ks), reps=3 if args.quick else 5)
     runs: list[Run] = []
+    controllers: dict[tuple[str, int], Any] = {}
     outputs: dict[tuple[str, int], list[int]] = {}
     identical = True
     turn = 0
@@ -563,7 +591,8 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
                         elif name == "hf-pld":
                             propose = hf_prompt_lookup(k, max_length)
                         else:
-                            propose = lookupdec_proposer(name, static, k, eos, n_vocab)
+                            ctl = controller(controllers, name, k)
+                            propose = lookupdec_proposer(name, static, k, eos, n_vocab, ctl)
                         run = transformers_run(model, name, propose, prompt, truth, k, args.new_tokens, w.name, eos)
                         if hasattr(propose, "end"):
                             propose.end()
@@ -605,7 +634,9 @@ def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict
         workloads.append(Workload(name, [llm.tokenize(text.encode(), add_bos=False, special=True)]))
     corpus_text = (data_dir() / "enwiki_wt.10M.txt").read_text(encoding="utf-8")[:2_000_000]
     static = lookupdec.build_static(llm.tokenize(corpus_text.encode(), add_bos=False))
+    curves = {"*": llama_cpp_curve(llm, workloads[0].prompts[0], max(ks), reps=5)}
     runs: list[Run] = []
+    controllers: dict[tuple[str, int], Any] = {}
     outputs: dict[str, list[int]] = {}
     identical = True
     turn = 0
@@ -626,9 +657,8 @@ def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict
                         drafter = lookupdec.Drafter(
                             static=static if "static" in name else None, n_draft=k, policy=policy
                         )
-                        dm = LookupDraftModel(
-                            drafter, stop=(llm.token_eos(),), n_vocab=n_vocab, adaptive=not name.endswith("/fixed")
-                        )
+                        ctl = controller(controllers, name, k)
+                        dm = LookupDraftModel(drafter, stop=(llm.token_eos(),), n_vocab=n_vocab, adaptive=ctl)
                     run = llama_cpp_run(llm, name, dm, prompt, k, args.new_tokens, w.name)
                     runs.append(run)
                     if w.name not in outputs:
@@ -643,7 +673,7 @@ def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict
     meta = dict(
         note=note, title="llama-cpp-python, SmolLM2-135M", engine="llama-cpp", model="smollm2", identical=identical
     )
-    return runs, {}, meta
+    return runs, curves, meta
 
 
 if __name__ == "__main__":

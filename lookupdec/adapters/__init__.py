@@ -29,15 +29,19 @@ class DraftLength:
     cost 3 single steps, it drafts only what is likely to be accepted, and nothing when nothing is.
 
     Until a cost is measured it is taken as the nearest measured one (optimistic, so that long
-    drafts are tried and measured); the acceptance starts at 1 for the same reason. After
+    drafts are tried and measured); the acceptance starts at 1 for the same reason. A draft must
+    promise ``margin`` more tokens per second than none. One controller can serve every
+    generation on the same engine (the costs are the engine's): engines' adapters keep theirs. After
     ``explore`` steps in a row without a draft, one token is drafted anyway, so that a text that
     becomes predictable again is noticed (then after twice as many, up to 64 times ``explore``,
     while drafting still does not pay).
     """
 
-    def __init__(self, k: int, decay: float = 0.95, explore: int = 8) -> None:
+    def __init__(self, k: int, decay: float = 0.95, explore: int = 8, margin: float = 0.03) -> None:
         self.k = k
         """The longest draft."""
+        self.margin = margin
+        """How much faster (a fraction) a draft must promise to be than no draft: estimates are noisy."""
         self.decay = decay
         """The weight an observation keeps after each newer one (per kind)."""
         self.explore = explore
@@ -96,7 +100,7 @@ class DraftLength:
     def choose(self) -> int:
         """The draft length to ask for now (0..k)."""
         costs = self.costs()
-        best, best_rate = 0, 1.0 / costs[0]
+        best, best_rate = 0, (1.0 + self.margin) / costs[0]
         expected, run = 1.0, 1.0
         for d in range(1, self.k + 1):
             run *= self._accepted[d] / self._tried[d]

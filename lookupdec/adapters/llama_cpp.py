@@ -61,8 +61,9 @@ class LookupDraftModel(_DraftModelBase):
     ``n_draft`` (default: the drafter's) bounds each proposal; ``stop`` ids (e.g. the model's
     end-of-sequence token) cut a proposal before them; ``n_vocab`` is the model's vocabulary size.
     ``adaptive`` (the default): each proposal is as long as pays off on this engine, from the
-    measured time of its steps and the drafts' acceptance (:class:`lookupdec.adapters.DraftLength`);
-    False: always up to ``n_draft``.
+    measured time of its steps and the drafts' acceptance (:class:`lookupdec.adapters.DraftLength`;
+    give one to share what it learned between draft models of the same engine); False: always up
+    to ``n_draft``.
     """
 
     def __init__(
@@ -71,10 +72,11 @@ class LookupDraftModel(_DraftModelBase):
         n_draft: int | None = None,
         stop: tuple[int, ...] = (),
         n_vocab: int | None = None,
-        adaptive: bool = True,
+        adaptive: bool | DraftLength = True,
     ) -> None:
         k: int = drafter.n_draft if n_draft is None else n_draft
-        self.follower = HistoryFollower(drafter, n_vocab, DraftLength(k) if adaptive else None)
+        ctl = adaptive if isinstance(adaptive, DraftLength) else DraftLength(k) if adaptive else None
+        self.follower = HistoryFollower(drafter, n_vocab, ctl)
         """The request-following state (``follower.request`` is the current request)."""
         self.n_draft = k
         """Tokens proposed per call at most."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -218,13 +219,19 @@ class RequestProposer:
     ``vocab_size``: the model's (drafted ids past it are a clear error, see
     :class:`lookupdec.adapters.HistoryFollower`). ``adaptive`` (the default): each proposal is
     as long as pays off, from the measured time of the steps and the drafts' acceptance
-    (:class:`lookupdec.adapters.DraftLength`); False: always as long as asked.
+    (:class:`lookupdec.adapters.DraftLength`, or one given to share what it learned); False:
+    always as long as asked.
     """
 
     def __init__(
-        self, drafter: Any, stop: Collection[int] = (), vocab_size: int | None = None, adaptive: bool = True
+        self,
+        drafter: Any,
+        stop: Collection[int] = (),
+        vocab_size: int | None = None,
+        adaptive: bool | DraftLength = True,
     ) -> None:
-        ctl = DraftLength(drafter.n_draft) if adaptive else None
+        k = drafter.n_draft
+        ctl = adaptive if isinstance(adaptive, DraftLength) else DraftLength(k) if adaptive else None
         self.follower = HistoryFollower(drafter, vocab_size, ctl)
         """The request-following state (``follower.request`` is the current request)."""
         self.stop = frozenset(stop)
@@ -274,7 +281,7 @@ def lookup_generate(
     streamer: Any = None,
     drafter: Any = None,
     stream: Any = None,
-    adaptive: bool = True,
+    adaptive: bool | DraftLength = True,
     **model_kwargs: Any,
 ) -> Any:
     """``model.generate(..., custom_generate=lookup_generate, drafter=drafter)``: generation with lookupdec drafts.
@@ -283,7 +290,8 @@ def lookup_generate(
     ``max_length``); one request per call, ended (merged into the drafter's dynamic cache) when
     generation returns. ``stream``: a transformers streamer (see the module's docstring).
     ``adaptive``: draft only as long as pays off on this model and machine (see
-    :class:`RequestProposer`); False: always ``drafter.n_draft``.
+    :class:`RequestProposer`; what it learned of the model's step costs is kept for the model's
+    next calls); False: always ``drafter.n_draft``.
     Returns the sequences tensor, or a ``GenerateDecoderOnlyOutput`` holding it when
     ``return_dict_in_generate`` is set.
     """
@@ -304,6 +312,8 @@ def lookup_generate(
         cache = None
     verifier = Verifier(model, cache)
     choose, scores = _processed_choice(logits_processor, do_sample)
+    if adaptive is True:
+        adaptive = _model_draft_length(model, drafter.n_draft)
     proposer = RequestProposer(drafter, stop=eos, vocab_size=_model_vocab_size(model), adaptive=adaptive)
 
     def stop(tokens: list[int], i: int) -> bool:
@@ -347,6 +357,17 @@ def lookup_generate(
     return sequences
 
 
+# A model's step costs, learned by one generation's DraftLength, serve its next ones.
+_draft_lengths: weakref.WeakKeyDictionary[Any, DraftLength] = weakref.WeakKeyDictionary()
+
+
+def _model_draft_length(model: Any, k: int) -> DraftLength:
+    ctl = _draft_lengths.get(model)
+    if ctl is None or ctl.k != k:
+        ctl = _draft_lengths[model] = DraftLength(k)
+    return ctl
+
+
 def _model_vocab_size(model: Any) -> int | None:
     config = getattr(model, "config", None)
     size = getattr(config, "vocab_size", None)
@@ -355,7 +376,7 @@ def _model_vocab_size(model: Any) -> int | None:
     return int(size) if size is not None else None
 
 
-def lookup_decoding(drafter: Any, *, stream: Any = None, adaptive: bool = True) -> Callable[..., Any]:
+def lookup_decoding(drafter: Any, *, stream: Any = None, adaptive: bool | DraftLength = True) -> Callable[..., Any]:
     """``model.generate(..., custom_generate=lookup_decoding(drafter))``: :func:`lookup_generate` bound to ``drafter``.
 
     ``stream``: a transformers streamer that receives the prompt, the committed tokens and
