@@ -432,13 +432,25 @@ def print_table(rows: list[dict[str, Any]], out: Any = None) -> None:
         )
 
 
+def overall(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per drafter and k: the geometric mean, min and max of its speedups over the workloads."""
+    groups: dict[tuple[str, int], list[float]] = {}
+    for r in rows:
+        if r["speedup"]:
+            groups.setdefault((r["drafter"], r["k"]), []).append(r["speedup"])
+    return [
+        dict(drafter=d, k=k, geomean=statistics.geometric_mean(v), min=min(v), max=max(v))
+        for (d, k), v in sorted(groups.items(), key=lambda x: (x[0][1], x[0][0]))
+    ]
+
+
 def plot(rows: list[dict[str, Any]], curves: dict[str, list[float]], path: str, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.2))
     groups = sorted({(r["workload"], r["k"]) for r in rows})
     drafters = list(dict.fromkeys(r["drafter"] for r in rows))
     width = 0.8 / max(1, len(drafters))
@@ -450,11 +462,13 @@ def plot(rows: list[dict[str, Any]], curves: dict[str, list[float]], path: str, 
         ax1.bar([i + j * width for i in range(len(groups))], vals, width, label=d)
     ax1.axhline(1.0, color="black", linewidth=0.8)
     ax1.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))], [f"{w}\nk={k}" for w, k in groups])
+    ax1.tick_params(axis="x", labelsize=8)
     ax1.set_ylabel("tokens/s over plain greedy")
-    ax1.legend(fontsize=8)
+    ax1.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     ax1.set_title(title)
     for name, curve in curves.items():
-        ax2.plot(range(1, len(curve) + 1), [1000 * t for t in curve], marker="o", label=name)
+        label = "all workloads" if name == "*" else name
+        ax2.plot(range(1, len(curve) + 1), [1000 * t for t in curve], marker="o", label=label)
     ax2.set_xlabel("new tokens in the forward pass")
     ax2.set_ylabel("forward ms (median)")
     ax2.set_title("verify cost curve")
@@ -511,11 +525,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(
-            json.dumps(
-                dict(meta=meta, rows=rows, curves=curves, runs=[{**r.__dict__, "output": None} for r in runs]), indent=1
-            )
-        )
+        stored = [{**r.__dict__, "output": None} for r in runs]
+        result = dict(meta=meta, rows=rows, overall=overall(rows), curves=curves, runs=stored)
+        Path(args.json).write_text(json.dumps(result, indent=1))
     if args.plot:
         plot(rows, curves, args.plot, meta["title"])
     return 0 if meta.get("identical", True) else 1

@@ -45,7 +45,7 @@ def load(llama_cpp: Any, path: Path, draft_model: Any = None, n_ctx: int = 2048)
     # flash_attn: without it llama.cpp's CPU attention is not batch-invariant (its softmax runs
     # over the KV length padded for the batch), so a token verified in a batch can differ from
     # the one decoded alone at a near-tie, whoever drafted it (llama-cpp-python's own prompt
-    # lookup too: SmolLM2's "rename" prompt differs at its 4th token).
+    # lookup too: SmolLM2's greedy output changed in its first tokens on these prompts).
     return llama_cpp.Llama(
         model_path=str(path),
         n_ctx=n_ctx,
