@@ -170,7 +170,7 @@ def test_smollm2_vocabulary_mismatch_is_a_clear_error(llama_cpp: Any, smollm2: P
     static = lookupdec.build_static(np.array([prompt[-1], first, 100_000] * 50, dtype=np.int32).tolist())
     llm.draft_model = draft_model = LookupDraftModel(lookupdec.Drafter(static=static, n_draft=4), n_vocab=n_vocab)
     with pytest.raises(ValueError, match=rf"token id 100000, past the model's vocabulary of {n_vocab} tokens"):
-        list(draft_model.generate(llm, prompt, max_tokens=8))
+        list(draft_model.generate(llm, prompt, max_tokens=8, temp=0.0, top_k=1))
     assert llm.draft_model is draft_model  # the engine is still usable: plain generation works
     llm.draft_model = None
     assert len(greedy(llm, prompt, 4)) == 4
