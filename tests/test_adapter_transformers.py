@@ -80,7 +80,10 @@ def test_greedy_output_identical_and_drafts_counted(
     prompt = torch.tensor([PROMPT])
     plain = model.generate(prompt, max_new_tokens=48, do_sample=False)
     drafter = lookupdec.implementation(impl).Drafter(n_draft=4, policy=policy)
-    out = model.generate(prompt, max_new_tokens=48, do_sample=False, custom_generate=adapter.lookup_decoding(drafter))
+    # adaptive=False: drafts every step, whatever the machine's timings (tests/test_draft_length.py
+    # covers the adaptive length; the eos and stopping tests below run with it)
+    decoding = adapter.lookup_decoding(drafter, adaptive=False)
+    out = model.generate(prompt, max_new_tokens=48, do_sample=False, custom_generate=decoding)
     assert out.tolist() == plain.tolist()
     stats = drafter.stats
     assert stats.requests == 1 and drafter.open_requests == 0
@@ -90,7 +93,7 @@ def test_greedy_output_identical_and_drafts_counted(
     expected.update(plain[0].tolist(), plain.shape[1])
     assert drafter.dynamic.contents() == expected.contents()
     # A second call is a new request; its drafts now also come from the dynamic cache.
-    again = model.generate(prompt, max_new_tokens=48, do_sample=False, custom_generate=adapter.lookup_decoding(drafter))
+    again = model.generate(prompt, max_new_tokens=48, do_sample=False, custom_generate=decoding)
     assert again.tolist() == plain.tolist()
     assert drafter.stats.requests == 2 and drafter.stats.n_accept > stats.n_accept
 
@@ -103,7 +106,12 @@ def test_drafter_keyword_on_transformers_5(torch: Any, adapter: Any) -> None:
     plain = model.generate(prompt, max_new_tokens=24, do_sample=False)
     drafter = lookupdec.Drafter(n_draft=4)
     out = model.generate(
-        prompt, max_new_tokens=24, do_sample=False, custom_generate=adapter.lookup_generate, drafter=drafter
+        prompt,
+        max_new_tokens=24,
+        do_sample=False,
+        custom_generate=adapter.lookup_generate,
+        drafter=drafter,
+        adaptive=False,
     )
     assert out.tolist() == plain.tolist() and drafter.stats.n_drafted > 0
 
@@ -130,7 +138,10 @@ def test_stream_gets_prompt_every_token_and_end(torch: Any, adapter: Any) -> Non
     stream = RecordingStreamer()
     drafter = lookupdec.Drafter(n_draft=4)
     out = model.generate(
-        prompt, max_new_tokens=40, do_sample=False, custom_generate=adapter.lookup_decoding(drafter, stream=stream)
+        prompt,
+        max_new_tokens=40,
+        do_sample=False,
+        custom_generate=adapter.lookup_decoding(drafter, stream=stream, adaptive=False),
     )
     assert out[0].tolist() == plain
     assert stream.puts[0] == PROMPT and stream.ended == 1

@@ -108,7 +108,9 @@ def test_tiny_llama_output_identical_and_drafts_counted(
     plain = [greedy(plain_llm, p, 48) for p in prompts]
     drafter = lookupdec.implementation(impl).Drafter(n_draft=6, policy=policy)
     llm = load(llama_cpp, tiny_gguf)
-    draft_model = llm.draft_model = LookupDraftModel(drafter, n_vocab=llm.n_vocab())
+    # adaptive=False: always draft up to k, the most verifications (the adaptive length drafts
+    # little on a CPU, where verifying many tokens costs nearly as many steps)
+    draft_model = llm.draft_model = LookupDraftModel(drafter, n_vocab=llm.n_vocab(), adaptive=False)
     for prompt, want in zip(prompts, plain, strict=True):
         got = list(draft_model.generate(llm, prompt, max_tokens=48, temp=0.0, top_k=1))
         assert got == want
@@ -139,7 +141,9 @@ def test_smollm2_output_identical_on_every_prompt(llama_cpp: Any, smollm2: Path)
     del plain_llm
     drafter = lookupdec.Drafter(n_draft=8, policy="hybrid")
     llm = load(llama_cpp, smollm2)
-    draft_model = llm.draft_model = LookupDraftModel(drafter, stop=(llm.token_eos(),), n_vocab=llm.n_vocab())
+    draft_model = llm.draft_model = LookupDraftModel(
+        drafter, stop=(llm.token_eos(),), n_vocab=llm.n_vocab(), adaptive=False
+    )
     for prompt, want in zip(prompts, plain, strict=True):
         assert list(draft_model.generate(llm, prompt, max_tokens=64, temp=0.0, top_k=1)) == want
     assert drafter.stats.requests == len(prompts) and drafter.open_requests == 0
@@ -152,7 +156,7 @@ def test_smollm2_through_create_completion(llama_cpp: Any, smollm2: Path) -> Non
     plain = load(llama_cpp, smollm2)(prompt, max_tokens=48, temperature=0)["choices"][0]["text"]
     drafter = lookupdec.Drafter(n_draft=8)
     llm = load(llama_cpp, smollm2)
-    llm.draft_model = LookupDraftModel(drafter, n_vocab=llm.n_vocab())
+    llm.draft_model = LookupDraftModel(drafter, n_vocab=llm.n_vocab(), adaptive=False)
     assert llm(prompt, max_tokens=48, temperature=0)["choices"][0]["text"] == plain
     assert drafter.stats.n_accept > 0
 
@@ -168,7 +172,8 @@ def test_smollm2_vocabulary_mismatch_is_a_clear_error(llama_cpp: Any, smollm2: P
     prompt = llm.tokenize(b"Hello there, how are you?")
     first = greedy(llm, prompt, 1)[0]
     static = lookupdec.build_static(np.array([prompt[-1], first, 100_000] * 50, dtype=np.int32).tolist())
-    llm.draft_model = draft_model = LookupDraftModel(lookupdec.Drafter(static=static, n_draft=4), n_vocab=n_vocab)
+    drafter = lookupdec.Drafter(static=static, n_draft=4)
+    llm.draft_model = draft_model = LookupDraftModel(drafter, n_vocab=n_vocab, adaptive=False)
     with pytest.raises(ValueError, match=rf"token id 100000, past the model's vocabulary of {n_vocab} tokens"):
         list(draft_model.generate(llm, prompt, max_tokens=8, temp=0.0, top_k=1))
     assert llm.draft_model is draft_model  # the engine is still usable: plain generation works

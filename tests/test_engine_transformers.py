@@ -55,6 +55,8 @@ def test_smollm2_greedy_output_identical(smollm2: tuple[Any, Any]) -> None:
             ids = tok(text)["input_ids"]
         prompt = torch.tensor([list(ids)])
         plain = model.generate(prompt, max_new_tokens=40, do_sample=False)
-        out = model.generate(prompt, max_new_tokens=40, do_sample=False, custom_generate=lookup_decoding(drafter))
+        # adaptive=False: always draft up to k, the most verifications
+        decoding = lookup_decoding(drafter, adaptive=False)
+        out = model.generate(prompt, max_new_tokens=40, do_sample=False, custom_generate=decoding)
         assert out.tolist() == plain.tolist()
     assert drafter.stats.requests == 2 and drafter.stats.n_accept > 10
