@@ -158,22 +158,21 @@ class Run:
     drafted: int = 0
     seconds: float = 0.0  # decoding, prefill excluded
     draft_seconds: float = 0.0
-    forward_seconds: float = 0.0
     output: list[int] = field(default_factory=list)
 
 
 class Timed:
-    """A propose function that accumulates its own time and what it drafted."""
+    """A drafter (a propose function, or a llama-cpp-python draft model) that accumulates its time and drafts."""
 
-    def __init__(self, propose: Callable[[Sequence[int], int], Sequence[int]]) -> None:
+    def __init__(self, propose: Callable[..., Any]) -> None:
         self.propose = propose
         self.seconds = 0.0
         self.calls = 0
         self.drafted = 0
 
-    def __call__(self, tokens: Sequence[int], k: int) -> list[int]:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
-        out = list(self.propose(tokens, k))
+        out = self.propose(*args, **kwargs)
         self.seconds += time.perf_counter() - t0
         self.calls += 1
         self.drafted += len(out)
@@ -233,17 +232,17 @@ def hf_prompt_lookup(k: int, max_length: int) -> Callable[[Sequence[int], int], 
     return propose
 
 
-def verify_curve(verifier_factory: Callable[[], Any], context: Sequence[int], k_max: int, reps: int) -> list[float]:
-    """Median seconds of a forward pass over 1..k_max+1 new tokens after ``context`` (cache rolled back)."""
-    v = verifier_factory()
-    v.forward(context, keep=1)
+def cost_curve(
+    forward: Callable[[list[int]], Any], rollback: Callable[[int], None], context: Sequence[int], k_max: int, reps: int
+) -> list[float]:
+    """Median seconds of ``forward`` over 1..k_max+1 new tokens after ``context`` (each rolled back after)."""
     times: list[list[float]] = [[] for _ in range(k_max + 1)]
     for _ in range(reps):
         for n in range(1, k_max + 2):
             t0 = time.perf_counter()
-            v.forward(list(context[-n:]))
+            forward(list(context[-n:]))
             times[n - 1].append(time.perf_counter() - t0)
-            v.rollback(n)
+            rollback(n)
     return [statistics.median(t) for t in times]
 
 
@@ -254,16 +253,6 @@ def transformers_run(
     from lookupdec.adapters.transformers import StepLog, Verifier, decode, greedy
 
     verifier = Verifier(model)
-    forward = verifier.forward
-    fwd_seconds = [0.0]
-
-    def timed_forward(ids: Sequence[int], keep: int = 0) -> Any:
-        t0 = time.perf_counter()
-        out = forward(ids, keep)
-        fwd_seconds[0] += time.perf_counter() - t0
-        return out
-
-    verifier.forward = timed_forward  # type: ignore[method-assign]
     timed = Timed(propose)
     log = StepLog()
     n_prompt = len(prompt)
@@ -274,21 +263,20 @@ def transformers_run(
         # Teacher forcing: the model's "choice" is the real text's next token at every position.
         return truth[start - n_prompt : start - n_prompt + logits.shape[0]]
 
-    t_start = time.perf_counter()
-    prefill = [0.0]
+    commits: list[float] = []  # when each step's tokens were committed: the first ends the prefill
+
+    def on_commit(committed: list[int]) -> None:
+        commits.append(time.perf_counter())
 
     def stop(tokens: list[int], i: int) -> bool:
-        if not prefill[0]:
-            prefill[0] = time.perf_counter()
         return tokens[-1] in eos
 
-    out = decode(verifier, prompt, timed, k=k, max_new_tokens=new, choose=choose, stop=stop, log=log)
-    t_end = time.perf_counter()
-    pre = (prefill[0] or t_end) - t_start
+    out = decode(
+        verifier, prompt, timed, k=k, max_new_tokens=new, choose=choose, stop=stop, on_commit=on_commit, log=log
+    )
     return Run(
         name, workload, k, new_tokens=len(out), steps=log.steps, drafted=timed.drafted,
-        seconds=t_end - t_start - pre, draft_seconds=timed.seconds,
-        forward_seconds=fwd_seconds[0] - pre, output=out,
+        seconds=commits[-1] - commits[0], draft_seconds=timed.seconds, output=out,
     )  # fmt: skip
 
 
@@ -314,41 +302,22 @@ def lookupdec_proposer(name: str, static: Any, k: int, eos: frozenset[int], n_vo
 
 
 def llama_cpp_curve(llm: Any, context: Sequence[int], k_max: int, reps: int) -> list[float]:
-    """Median seconds of ``llm.eval`` over 1..k_max+1 new tokens after ``context`` (then removed again)."""
+    """Median seconds of ``llm.eval`` over 1..k_max+1 new tokens after ``context``."""
     llm.reset()
     llm.eval(list(context))
     base = llm.n_tokens
-    times: list[list[float]] = [[] for _ in range(k_max + 1)]
-    for _ in range(reps):
-        for n in range(1, k_max + 2):
-            t0 = time.perf_counter()
-            llm.eval(list(context[-n:]))
-            times[n - 1].append(time.perf_counter() - t0)
-            # what Llama.generate does to a rejected draft (llama-cpp-python has no public rewind)
-            llm.n_tokens = base
-            llm._ctx.kv_cache_seq_rm(-1, base, -1)
-    return [statistics.median(t) for t in times]
+
+    def rollback(n: int) -> None:
+        # what Llama.generate does to a rejected draft (llama-cpp-python has no public rewind)
+        llm.n_tokens = base
+        llm._ctx.kv_cache_seq_rm(-1, base, -1)
+
+    return cost_curve(llm.eval, rollback, context, k_max, reps)
 
 
 def llama_cpp_run(llm: Any, name: str, draft_model: Any, prompt: list[int], k: int, new: int, workload: str) -> Run:
-    timed: Timed | None = None
-    if draft_model is not None:
-        inner = draft_model
-
-        class _Wrapped:
-            def __call__(self, input_ids: Any, /, **kwargs: Any) -> Any:
-                t0 = time.perf_counter()
-                out = inner(input_ids, **kwargs)
-                wrapped.seconds += time.perf_counter() - t0
-                wrapped.calls += 1
-                wrapped.drafted += len(out)
-                return out
-
-        wrapped = Timed(no_draft)
-        timed = wrapped
-        llm.draft_model = _Wrapped()
-    else:
-        llm.draft_model = None
+    timed = Timed(draft_model) if draft_model is not None else None
+    llm.draft_model = timed
     llm.reset()
     eos = llm.token_eos()
     out: list[int] = []
@@ -583,7 +552,9 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
     note += f"; lookupdec {lookupdec.IMPLEMENTATION} (compiled: {lookupdec.COMPILED})"
     curves: dict[str, list[float]] = {}
     ctx = workloads[0].prompts[0]
-    curves["*"] = verify_curve(lambda: Verifier(model), ctx, max(ks), reps=3 if args.quick else 5)
+    verifier = Verifier(model)
+    verifier.forward(ctx, keep=1)
+    curves["*"] = cost_curve(verifier.forward, verifier.rollback, ctx, max(ks), reps=3 if args.quick else 5)
     runs: list[Run] = []
     controllers: dict[tuple[str, int], Any] = {}
     outputs: dict[tuple[str, int], list[int]] = {}
