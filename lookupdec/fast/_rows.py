@@ -54,6 +54,21 @@ def tokens_of(req: Any) -> list[int]:
     return tokens
 
 
+def propose_within(req: Any, committed: bool, budget: i64, limit: i64) -> list[int]:
+    """Up to ``budget`` drafted tokens, none past ``limit`` tokens in the request.
+
+    None for a row that committed nothing this step (still prefilling).
+    """
+    room = limit - len(tokens_of(req))
+    d = budget if budget < room else room
+    if d <= 0 or not committed:
+        return []
+    if isinstance(req, Request):  # lets mypyc call a lookupdec.fast request natively
+        return req.propose(d)
+    proposal: list[int] = req.propose(d)
+    return proposal
+
+
 def continues(req: Any, known: i64, first: int, mid: int, last: int) -> bool:
     """True when ``req`` is a request of ``known`` tokens with these first, middle and last tokens.
 
@@ -160,14 +175,7 @@ class RowTracker:
                     req.extend(token_ids[i, have:known].tolist())
                 if sampled:
                     req.extend(sampled)
-            room = limit - len(tokens_of(req))
-            d = budget if budget < room else room
-            if d <= 0 or not batch[i]:
-                drafts.append([])
-            elif isinstance(req, Request):
-                drafts.append(req.propose(d))
-            else:
-                drafts.append(req.propose(d))
+            drafts.append(propose_within(req, bool(batch[i]), budget, limit))
         return drafts
 
     def step(
@@ -260,14 +268,7 @@ class RowTracker:
                     req.extend(sampled)
             elif sampled:
                 req.extend(sampled)
-            room = limit - len(tokens_of(req))
-            n = budget if budget < room else room
-            if n <= 0 or not sampled:
-                drafts.append([])
-            elif isinstance(req, Request):
-                drafts.append(req.propose(n))
-            else:
-                drafts.append(req.propose(n))
+            drafts.append(propose_within(req, bool(sampled), budget, limit))
         self.rows = found
         return drafts
 
