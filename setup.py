@@ -15,7 +15,7 @@ import sys
 import warnings
 from typing import Any
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HOT_MODULES = [
@@ -28,6 +28,10 @@ HOT_MODULES = [
     "lookupdec/fast/_rows.py",
     "lookupdec/build/_probe.py",
 ]
+# Plain C, built with the mypyc modules (and skipped with them): the thread that maps an index's
+# pages in without the GIL (lookupdec/fast/_prefetch.c; _mapbytes falls back to a Python thread).
+# Linux only: the mapping it serves (_mapbytes) is Linux only.
+C_MODULES = {"lookupdec.fast._prefetch": "lookupdec/fast/_prefetch.c"} if sys.platform.startswith("linux") else {}
 REQUIRE = os.environ.get("LOOKUPDEC_REQUIRE_MYPYC") == "1"
 SKIP = os.environ.get("LOOKUPDEC_NO_MYPYC") == "1"
 
@@ -40,9 +44,9 @@ def _remove_stale_builds() -> None:
     """
     root = os.path.dirname(os.path.abspath(__file__))
     patterns = [os.path.join(root, "lookupdec__mypyc.*")]
-    for module in HOT_MODULES:
-        patterns.append(os.path.join(root, module[: -len(".py")] + ".*.so"))
-        patterns.append(os.path.join(root, module[: -len(".py")] + ".*.pyd"))
+    for module in HOT_MODULES + list(C_MODULES.values()):
+        patterns.append(os.path.join(root, os.path.splitext(module)[0] + ".*.so"))
+        patterns.append(os.path.join(root, os.path.splitext(module)[0] + ".*.pyd"))
     for pattern in patterns:
         for path in glob.glob(pattern) + glob.glob(os.path.join(root, "build", "lib*", os.path.relpath(pattern, root))):
             os.remove(path)
@@ -77,6 +81,7 @@ def _ext_modules() -> list[Any]:
             # fewer instructions (callgrind). clang and Mach-O/PE linkers behave so already.
             for ext in exts:
                 ext.extra_compile_args.append("-fno-semantic-interposition")
+        exts += [Extension(name, [src], extra_compile_args=["-O2", "-pthread"]) for name, src in C_MODULES.items()]
         return exts
     # mypyc reports a type error with SystemExit, not an exception subclass: catch both.
     except (Exception, SystemExit) as e:  # a mypy type error or a code generation failure

@@ -16,6 +16,7 @@ COMMANDS = {
     "track": ("perf.track", "build two commits and compare them, interleaved (what perf.yml runs)"),
     "history": ("perf.history", "keep and plot per-runner results of main (perf.yml on main)"),
     "policy": ("perf.bench_policy", "drafting policies: tokens per step, waste and µs per step (issue 13)"),
+    "open": ("perf.open_index", "open a static index, and the first drafts after it, at every size"),
     "speedup": ("perf.speedup", "generation speed with real forward passes: tokens/s with and without drafting"),
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 
 import pytest
 
@@ -20,6 +21,7 @@ HOT_MODULES = (
     "lookupdec.fast._legacy",
     "lookupdec.fast._request",
     "lookupdec.fast._rows",
+    "lookupdec.fast._corpus",
     "lookupdec.build._probe",
 )
 EXTENSION_SUFFIXES = (".so", ".pyd")
@@ -34,6 +36,17 @@ def test_hot_module_is_an_extension(name: str) -> None:
     module = importlib.import_module(name)
     assert module.__file__ is not None
     assert module.__file__.endswith(EXTENSION_SUFFIXES), f"{name} is not compiled: {module.__file__}"
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the prefetch thread's C module is built on Linux only"
+)
+def test_prefetch_thread_is_native() -> None:
+    """The C module that populates mappings without the GIL is built and used (not the Python thread)."""
+    from lookupdec.fast import _mapbytes, _prefetch
+
+    assert _prefetch.__file__ is not None and _prefetch.__file__.endswith(EXTENSION_SUFFIXES)
+    assert _mapbytes._NATIVE_PREFETCH
 
 
 def test_fast_reports_compiled() -> None:

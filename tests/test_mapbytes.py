@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import os
 import random
+import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -248,31 +249,93 @@ def _mapped_rss_kb(path: Path) -> int:
     return 0
 
 
-@pytest.mark.slow  # about 1.3 s: a 32 MB file read cold
-def test_prefetch_maps_the_file_while_the_gil_is_held(tmp_path: Path) -> None:
-    # A compiled replay never gives the GIL back: prefetch's thread must be inside its madvise
-    # call (which runs without the GIL) by the time prefetch returns, or it would map nothing
-    # until drafting is over. sorted() of a shuffled list holds the GIL the same way, for about
-    # a third of a second; the file is dropped from the page cache first, so mapping it all means
-    # reading it (far longer than reading smaps, the first moment the GIL is free again).
-    size = 32 << 20
-    path = tmp_path / "f.bin"
+def _uncache(path: Path) -> None:
+    """Drop ``path`` from the page cache, so that mapping it means reading it."""
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+
+
+def _map_populatable(path: Path, size: int) -> _mapbytes.MappedBytes:
+    """``size`` random bytes written to ``path`` and mapped; skips where the kernel cannot populate."""
     path.write_bytes(os.urandom(size))
     mb = _map(path)
     if not mb.populate():
         pytest.skip("the kernel refuses MADV_POPULATE_READ (before Linux 5.14)")
     mb.close()
-    fd = os.open(path, os.O_RDONLY)
-    os.fsync(fd)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    os.close(fd)
+    return _map(path)
+
+
+@pytest.mark.slow  # about 1.3 s: a 32 MB file read cold
+def test_prefetch_maps_the_file_while_the_gil_is_held(tmp_path: Path) -> None:
+    # A compiled replay never gives the GIL back: prefetch must map the file while this thread
+    # holds the GIL. sorted() of a shuffled list holds the GIL the same way, for about a third
+    # of a second; the file is dropped from the page cache first, so mapping it all means
+    # reading it. The Python thread (an interpreted install) must be inside its madvise call by
+    # the time prefetch returns: done by the end of one sort. The native thread never takes the
+    # GIL but runs only on an idle CPU (SCHED_IDLE): it must finish while sorts go on, whenever
+    # the machine lets it (prefetched() is a C call: the GIL is held throughout the loop).
+    size = 32 << 20
+    path = tmp_path / "f.bin"
+    mb = _map_populatable(path, size)
+    mb.close()
+    _uncache(path)
     big = list(range(1_000_000))
     random.Random(0).shuffle(big)
     mb = _map(path)
     mb.prefetch()
     sorted(big)
+    if mb.prefetched() is not None:
+        deadline = time.monotonic() + 60
+        while not mb.prefetched():
+            assert time.monotonic() < deadline, "the native prefetch thread made no progress"
+            sorted(big)
     assert _mapped_rss_kb(path) == size >> 10  # every page mapped meanwhile
     mb.close()
+
+
+def _wait_prefetched(mb: _mapbytes.MappedBytes) -> None:
+    deadline = time.monotonic() + 30
+    while not mb.prefetched():
+        assert time.monotonic() < deadline, "the prefetch thread did not finish"
+        time.sleep(0.001)
+
+
+@pytest.mark.skipif(not _mapbytes._NATIVE_PREFETCH, reason="the native prefetch module is not built")
+def test_native_prefetch_maps_every_page(tmp_path: Path) -> None:
+    # More than one 4 MiB chunk, and a size that is not a multiple of a page.
+    size = (9 << 20) + 123
+    path = tmp_path / "f.bin"
+    mb = _map_populatable(path, size)
+    assert mb.prefetched() is None  # nothing started yet
+    mb.prefetch()
+    _wait_prefetched(mb)
+    assert _mapped_rss_kb(path) == (size + 4095) >> 12 << 2
+    assert mb.data == path.read_bytes()
+    assert mb.close()
+    assert _mapped_rss_kb(path) == 0
+
+
+@pytest.mark.skipif(not _mapbytes._NATIVE_PREFETCH, reason="the native prefetch module is not built")
+def test_close_during_prefetch_unmaps(tmp_path: Path) -> None:
+    # Closed right after opening, while the thread is still reading a file that is not cached:
+    # close stops it (after its chunk), unmaps, and a new mapping of the file reads right.
+    size = 24 << 20
+    path = tmp_path / "f.bin"
+    payload = os.urandom(size)
+    path.write_bytes(payload)
+    for _ in range(3):
+        _uncache(path)
+        mb = _map(path)
+        mb.prefetch()
+        assert mb.close()
+        assert mb.prefetched() is None
+        assert _mapped_rss_kb(path) == 0
+    mb = _map(path)
+    mb.prefetch()
+    assert mb.data[-4096:] == payload[-4096:]
+    assert mb.close()
 
 
 def test_prefetch_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

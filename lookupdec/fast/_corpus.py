@@ -31,6 +31,10 @@ from lookupdec.fast._core import NULL32, filled_i32, key_hash, low32, pack, to_v
 from lookupdec.fast._index import static_slot
 from lookupdec.fast._mapbytes import MappedBytes, huge_copy, map_bytes, read_whole
 
+# Imported here, not where used: on first use they would cost a process's first open ~2 ms.
+from lookupdec.formats.corpus import CORPUS_HEADER, MAGIC_CORPUS, READABLE_VERSIONS, corpus_header, min_slots
+from lookupdec.formats.detect import open_regular
+
 SEP: Final[i32] = -1
 """The document separator in the ids (the history's request separator): never matched."""
 HEADER_SIZE: Final[i64] = 96
@@ -118,8 +122,6 @@ def corpus_bytes(ids: vec[i32], vocab_size: int = 0, vocab_fingerprint: bytes = 
     section (its positions newest first); the trigram section holds each run's entries again,
     by token before ascending, then newest first. So the bytes depend on the ids only.
     """
-    from lookupdec.formats.corpus import CORPUS_HEADER, MAGIC_CORPUS, READABLE_VERSIONS, min_slots
-
     if version not in READABLE_VERSIONS:
         raise ValueError(f"corpus file version {version} cannot be written (only 2 or 3)")
 
@@ -321,8 +323,6 @@ class CorpusIndex:
 
     def __init__(self, path: str, data: bytes, view: MappedBytes | None = None, copied: bool = False) -> None:
         """Use :meth:`open`, :meth:`from_tokens` or :meth:`from_bytes` instead."""
-        from lookupdec.formats.corpus import corpus_header
-
         h = corpus_header(path, data, len(data))
         self.path = path
         self.in_memory = copied or view is None  # ``view`` holds ``data``: the mapping, or the copy when ``copied``
@@ -348,8 +348,6 @@ class CorpusIndex:
     def open(cls, path: str | os.PathLike[str], *, in_memory: bool = False) -> CorpusIndex:
         """Open a corpus file: memory-mapped (default; read into memory where mapping as ``bytes``
         is not supported) or read into memory (``in_memory``). Checks the header only: O(1)."""
-        from lookupdec.formats.detect import open_regular
-
         p = os.fspath(path)
         with open_regular(p) as f:
             size = os.fstat(f.fileno()).st_size
@@ -433,8 +431,6 @@ class CorpusIndex:
     def verify(self) -> None:
         """The full check: checksum, and every section equal to what the ids give; O(n_tokens)."""
         body = memoryview(self._buf)[HEADER_SIZE:]
-        from lookupdec.formats.corpus import CORPUS_HEADER
-
         checksum = CORPUS_HEADER.unpack_from(self._buf, 0)[-1]
         if checksum8(body) != checksum:
             raise CacheFormatError(self.path, "checksum mismatch: the file is corrupt", 88)

@@ -32,6 +32,11 @@ from mypy_extensions import i32, i64
 from lookupdec.errors import CacheFormatError
 from lookupdec.fast._mapbytes import MappedBytes, map_bytes, read_whole
 
+# Imported here, not in StaticIndex.open: on first use they cost a process's first open ~2 ms
+# (the header's dataclass is built then), against a steady open of ~0.1 ms.
+from lookupdec.formats.detect import detect_format, open_regular, refuse_empty_static
+from lookupdec.formats.index_header import index_header
+
 if TYPE_CHECKING:
     from lookupdec.formats import ForkStatic
 from lookupdec.fast._core import (
@@ -70,6 +75,12 @@ MEMO_BUDGET: Final[i64] = 32 << 20
 # 2**13 entries (256 KiB) hit 62 % of lookups, 2**15 69 %, 2**16 73 %; 2**15 drafted fastest
 # from the 100 MB to 764 MB indexes (docs/performance.md, "The mapped index at every size").
 DMEMO_BITS: Final[i64] = 15
+# The bitmap of checked parts (a bit per key, 32 per i64 word) is allocated in pages of
+# 2**CHECK_PAGE_BITS keys (1,024 words, 8 KiB), each on the first lookup in it: one bitmap of
+# n_keys / 4 bytes, zeroed on the first lookup, made the first draft after opening cost time in
+# proportion to the index (10 ms at 51.7M keys, most of it page faults on the fresh memory).
+CHECK_PAGE_BITS: Final[i64] = 15
+CHECK_PAGE_MASK: Final[i64] = (1 << (CHECK_PAGE_BITS - 5)) - 1
 SEARCH_AHEAD_MIN: Final[i64] = 32
 """Followers' binary search reads the next round's two probes ahead while more than this many are left."""
 
@@ -316,7 +327,7 @@ class StaticIndex(StaticSource):
     _memo_bt: list[bytes]
     _memo_bc: list[bytes]
     _memo_bytes: i64
-    _checked: vec[i64]
+    _checked: list[vec[i64]]
     _dmemo: vec[i64]
     _ls: i64
     _le: i64
@@ -362,8 +373,6 @@ class StaticIndex(StaticSource):
     def _parse_header(self, header: bytes, real_size: int) -> None:
         # The same constant-time checks as the reference's reader: one function for both
         # (stdlib only, so importing it costs nothing), so that they open the same files.
-        from lookupdec.formats.index_header import index_header
-
         path = self.path
         h = index_header(path, header, real_size)
         n_keys: i64 = h.n_keys
@@ -386,7 +395,8 @@ class StaticIndex(StaticSource):
         self._o_picks = h.picks_offset
         self._o_tokens = h.tokens_offset
         self._o_counts = h.counts_offset
-        self._checked = vec[i64]()
+        # One empty page per 2**CHECK_PAGE_BITS keys (an empty vec reads as all unchecked).
+        self._checked = [vec[i64]()] * ((n_keys >> CHECK_PAGE_BITS) + 1)
         self._dmemo = vec[i64]()  # allocated on the first lookup: opening stays O(1)
         self._ls = 0
         self._le = 0
@@ -397,8 +407,6 @@ class StaticIndex(StaticSource):
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, in_memory: bool = False) -> StaticIndex:
         """Open a static index file: memory-mapped (default) or read into memory (``in_memory``)."""
-        from lookupdec.formats.detect import open_regular
-
         p = os.fspath(path)
         with open_regular(p) as f:
             size = os.fstat(f.fileno()).st_size
@@ -502,9 +510,6 @@ class StaticIndex(StaticSource):
         mem = self._direct
         buf = self._buf
         checked = self._checked
-        if mem and len(checked) == 0:
-            self._is_checked(0)  # allocates the bitmap (first lookup only)
-            checked = self._checked
         # At most n_slots probes: a corrupt table with no empty slot cannot loop forever.
         for _i in range(self.n_slots):  # ``_i``, not ``_``: see _core.filled_i32
             off = o_slots + 4 * h
@@ -521,7 +526,8 @@ class StaticIndex(StaticSource):
                 self._ls = read_i64_le(buf, o_starts + 8 * o)
                 self._le = read_i64_le(buf, o_starts + 8 * o + 8)
                 self._lp = read_i32_le(buf, o_picks + 4 * o)
-                self._lbits = checked[o >> 5]
+                page = checked[o >> CHECK_PAGE_BITS]
+                self._lbits = page[(o >> 5) & CHECK_PAGE_MASK] if len(page) > 0 else 0
             else:
                 key = self._rd64(koff)
             if key == k:
@@ -547,13 +553,11 @@ class StaticIndex(StaticSource):
 
     def _is_checked(self, o: i64) -> bool:
         """Whether the part of key ordinal ``o`` passed :meth:`_check_part` already (a bit per key)."""
-        if len(self._checked) == 0:
-            # Allocated on the first lookup, not on open (which stays O(1)): n_keys / 4 bytes.
-            # 32 bits per i64 word, not 64: interpreted (the pure-Python wheel, LOOKUPDEC_NO_MYPYC)
-            # ``i64(1) << 63`` is the Python int 2**63, which a vec[i64] refuses (OverflowError);
-            # compiled it would wrap to the sign bit. Same shifts and masks either way.
-            self._checked = filled_i64((self.n_keys + 31) >> 5, 0)
-        return (self._checked[o >> 5] >> (o & 31)) & 1 != 0
+        # 32 bits per i64 word, not 64: interpreted (the pure-Python wheel, LOOKUPDEC_NO_MYPYC)
+        # ``i64(1) << 63`` is the Python int 2**63, which a vec[i64] refuses (OverflowError);
+        # compiled it would wrap to the sign bit. Same shifts and masks either way.
+        page = self._checked[o >> CHECK_PAGE_BITS]
+        return len(page) > 0 and (page[(o >> 5) & CHECK_PAGE_MASK] >> (o & 31)) & 1 != 0
 
     def _check_part(self, o: i64, s: i64, e: i64) -> None:
         """The per-lookup checks of ``lookupdec.formats.index_header.check_part``, compiled.
@@ -595,7 +599,13 @@ class StaticIndex(StaticSource):
         pick = self._rd32(self._o_picks + 4 * o)
         if pick != want:
             raise self._corrupt(f"key {o}: stored pick {pick}, spec 3.2 gives {want}", where)
-        self._checked[o >> 5] = self._checked[o >> 5] | (i64(1) << (o & 31))  # 32 bits a word: see _is_checked
+        p = o >> CHECK_PAGE_BITS
+        page = self._checked[p]
+        if len(page) == 0:  # the page's first checked key: allocated now (see CHECK_PAGE_BITS)
+            page = filled_i64(CHECK_PAGE_MASK + 1, 0)
+        w = (o >> 5) & CHECK_PAGE_MASK
+        page[w] = page[w] | (i64(1) << (o & 31))  # 32 bits a word: see _is_checked
+        self._checked[p] = page  # vecs are values: store the page back
 
     # --- the static-source interface -------------------------------------------------
 
@@ -866,7 +876,6 @@ class StaticIndex(StaticSource):
         that both implementations and ``lookupdec inspect --verify`` accept the same files.
         """
         from lookupdec.formats.index import verify_index
-        from lookupdec.formats.index_header import index_header
 
         data = self._buf if self._direct else self.to_bytes()  # the mapping itself: no copy
         verify_index(self.path, data, index_header(self.path, data, len(data)))
@@ -923,7 +932,6 @@ def load_static(
     """
     # ForkStatic and read_as_contents only where used: their modules import numpy (~11 MB of
     # a replay's peak RSS), which opening a lookupdec index or a legacy file does without.
-    from lookupdec.formats.detect import detect_format, refuse_empty_static
 
     fmt = detect_format(path)
     refuse_empty_static(path)

@@ -49,6 +49,13 @@ _MADV_HUGEPAGE: Final = 14  # Linux; the mmap module exports it only from Python
 _BASE_REFS: Final = 1 << 30
 _HEAD: Final = bytes.__basicsize__ - 1  # offset of ob_sval: the header before the data
 
+try:
+    from lookupdec.fast import _prefetch  # C, built with the compiled modules (Linux)
+
+    _NATIVE_PREFETCH = True
+except ImportError:  # an interpreted install: MappedBytes.prefetch uses a Python thread
+    _NATIVE_PREFETCH = False
+
 _pending: list[MappedBytes] = []  # closed, but still referenced when closed: unmapped later
 
 
@@ -138,6 +145,7 @@ class MappedBytes:
         self.size = size
         self._obj = start - _HEAD
         self.data: bytes = _as_object(self._obj)
+        self._job: object = None  # the native prefetch thread's job (_prefetch.start), until close
 
     def advise(self, advice: int) -> bool:
         """``madvise`` the file's pages (e.g. ``mmap.MADV_WILLNEED``); False if refused."""
@@ -146,27 +154,36 @@ class MappedBytes:
         return bool(_LIBC.madvise(self._start, max(self.size, 1), advice) == 0)
 
     def prefetch(self) -> None:
-        """Read the whole file into the page cache and map it, in a background thread.
+        """Read the whole file into the page cache and map it, in a background thread; the
+        opener does not wait.
 
         ``MADV_POPULATE_READ`` (Linux 5.14+) reads in every page not cached yet and maps them
         all into this process. A file not cached yet is then read in 2 MiB folios (the
         mapping is ``MADV_HUGEPAGE``, see :func:`map_bytes`) and mapped with huge pages;
         ``MADV_WILLNEED``'s readahead would cache much of it in small folios instead
-        (22 of 30 MiB huge-mapped against 30, for a 33 MB index read cold). The call is one
-        ``madvise`` over the whole file, made by a thread: ctypes releases the GIL for it, and
-        a compiled replay holds the GIL throughout (it never returns to the interpreter), so
-        a thread that still needed the GIL once opening returned would run only after
-        drafting (as a readahead call first, then this one, did). Opening does not wait for
-        the call. Where the advice is refused (an older kernel) the thread falls back to
-        ``MADV_WILLNEED``; ``LOOKUPDEC_POPULATE=0`` makes opening call that one instead.
-        """
-        import threading
+        (22 of 30 MiB huge-mapped against 30, for a 33 MB index read cold).
 
-        if _LIBC is None or not self._base:
+        The calls are made by a native thread that never takes the GIL (the C module
+        ``_prefetch``, built with the compiled modules): starting it costs one ``clone``, and
+        it runs while a compiled replay holds the GIL. It runs at idle priority (``SCHED_IDLE``:
+        only on a CPU nothing else wants, so it never slows drafting down on a busy machine),
+        works in 4 MiB chunks, and :meth:`close` stops it after the chunk in progress. Without that module (an
+        interpreted install) a Python thread makes one ``madvise`` over the whole file; its
+        start is waited for (it needs the GIL until ctypes releases it, and a compiled replay
+        would hold the GIL throughout). Where the advice is refused (an older kernel) either
+        thread falls back to ``MADV_WILLNEED``; ``LOOKUPDEC_POPULATE=0`` makes opening call
+        that one instead.
+        """
+        if _LIBC is None or not self._base or self._job is not None:
             return
         if os.environ.get("LOOKUPDEC_POPULATE", "1") == "0":
             self._readahead()
             return
+        if _NATIVE_PREFETCH:
+            self._job = _prefetch.start(self._start, _pages(self.size))
+            if self._job is not None:
+                return
+        import threading
 
         def run() -> None:
             # Nothing between start() and the call that would give the GIL away.
@@ -176,6 +193,10 @@ class MappedBytes:
         # start() returns once the thread runs, and the thread keeps the GIL until the
         # madvise call releases it (microseconds later, well inside the 5 ms switch interval).
         threading.Thread(target=run, name="lookupdec-prefetch", daemon=True).start()
+
+    def prefetched(self) -> bool | None:
+        """Whether the native prefetch thread has stopped; None if none was started (or it was cancelled)."""
+        return None if self._job is None or not _NATIVE_PREFETCH else bool(_prefetch.finished(self._job))
 
     def populate(self) -> bool:
         """Map every page of the file into this process now (``MADV_POPULATE_READ``), reading
@@ -196,6 +217,9 @@ class MappedBytes:
 
     def close(self) -> bool:
         """Drop :attr:`data`; unmap now if nothing else references it (True), else later (False)."""
+        if self._job is not None and _NATIVE_PREFETCH:
+            _prefetch.cancel(self._job)  # before munmap, which would wait for the whole file
+            self._job = None
         if not self._base:
             return True
         self.data = b""

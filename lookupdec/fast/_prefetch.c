@@ -1,0 +1,141 @@
+/* Populate a mapping from a native thread that never takes the GIL.
+ *
+ * lookupdec/fast/_mapbytes.py maps index and corpus files and then asks the kernel to map
+ * every page of them into the process (MADV_POPULATE_READ), so drafting takes no page faults
+ * and the file's 2 MiB folios are mapped as huge pages. Done by the opener, that costs time
+ * in proportion to the file (a few ms for 30 MB); done by a Python thread, it costs the
+ * thread's start (the opener waits for it: the thread needs the GIL until its first ctypes
+ * call releases it, and a compiled replay holds the GIL for as long as it runs). A pthread
+ * started here runs no Python at all, so the opener pays one clone() and nothing waits.
+ *
+ * The thread populates in chunks and checks a cancel flag between them, so closing the
+ * mapping (munmap, which waits for a madvise in progress on it) waits for one chunk at most,
+ * not for the whole file. A chunk that fails with ENOMEM means the range was unmapped
+ * meanwhile: the thread stops. EINVAL means the kernel has no MADV_POPULATE_READ (before
+ * Linux 5.14): the thread asks for readahead of the rest instead (MADV_WILLNEED) and stops.
+ *
+ * A job is shared by the thread and its owner (a MappedBytes), each holding one reference;
+ * the last one to let go frees it. After fork() the child has no thread: its jobs keep one
+ * reference forever (a few bytes), which is harmless.
+ */
+#define _GNU_SOURCE /* SCHED_IDLE */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14+ (asm-generic); older headers lack it */
+#endif
+
+/* Bytes per madvise call: large enough that the calls cost nothing next to the page work,
+ * small enough that a close waits little (about 0.1 ms for a cached 4 MiB). A multiple of
+ * 2 MiB, so a chunk never splits a huge page. */
+#define CHUNK ((size_t)4 << 20)
+
+typedef struct {
+    uintptr_t start;
+    size_t length;
+    int cancel;   /* set by the owner, read by the thread (atomics) */
+    int done;     /* set by the thread when it stops (atomics) */
+    int refs;     /* thread + owner */
+} job_t;
+
+static void release(job_t *job) {
+    if (__atomic_sub_fetch(&job->refs, 1, __ATOMIC_ACQ_REL) == 0)
+        free(job);
+}
+
+static void *run(void *arg) {
+    job_t *job = (job_t *)arg;
+    size_t off = 0;
+    /* Run only on a CPU nothing else wants: the work is ahead of need, and on a busy machine
+     * (or one core) the drafting thread must not wait for it. Refused is fine. */
+    struct sched_param param = {0};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &param);
+    while (off < job->length && !__atomic_load_n(&job->cancel, __ATOMIC_ACQUIRE)) {
+        size_t n = job->length - off < CHUNK ? job->length - off : CHUNK;
+        if (madvise((void *)(job->start + off), n, MADV_POPULATE_READ) != 0) {
+            if (errno == EINVAL)
+                madvise((void *)(job->start + off), job->length - off, MADV_WILLNEED);
+            break; /* ENOMEM: unmapped meanwhile; anything else: nothing more to do */
+        }
+        off += n;
+    }
+    __atomic_store_n(&job->done, 1, __ATOMIC_RELEASE);
+    release(job);
+    return NULL;
+}
+
+static PyObject *start(PyObject *self, PyObject *args) {
+    unsigned long long addr, length;
+    if (!PyArg_ParseTuple(args, "KK", &addr, &length))
+        return NULL;
+    if (addr % 4096 != 0)
+        return PyErr_Format(PyExc_ValueError, "address %llu is not page-aligned", addr);
+    job_t *job = calloc(1, sizeof(job_t));
+    if (job == NULL)
+        return PyErr_NoMemory();
+    job->start = (uintptr_t)addr;
+    job->length = (size_t)length;
+    job->refs = 2;
+    pthread_attr_t attr;
+    pthread_t tid;
+    int rc = pthread_attr_init(&attr);
+    if (rc == 0) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        /* The thread needs almost no stack: 64 KiB instead of the default 8 MiB of address space. */
+        pthread_attr_setstacksize(&attr, 1 << 16);
+        rc = pthread_create(&tid, &attr, run, job);
+        pthread_attr_destroy(&attr);
+    }
+    if (rc != 0) {
+        free(job);
+        Py_RETURN_NONE; /* no thread: the caller falls back to its own way */
+    }
+    return PyLong_FromVoidPtr(job);
+}
+
+static job_t *job_arg(PyObject *arg) {
+    void *p = PyLong_AsVoidPtr(arg);
+    if (p == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "not a prefetch job");
+    return (job_t *)p;
+}
+
+static PyObject *cancel(PyObject *self, PyObject *arg) {
+    job_t *job = job_arg(arg);
+    if (job == NULL)
+        return NULL;
+    __atomic_store_n(&job->cancel, 1, __ATOMIC_RELEASE);
+    release(job);
+    Py_RETURN_NONE;
+}
+
+static PyObject *finished(PyObject *self, PyObject *arg) {
+    job_t *job = job_arg(arg);
+    if (job == NULL)
+        return NULL;
+    return PyBool_FromLong(__atomic_load_n(&job->done, __ATOMIC_ACQUIRE));
+}
+
+static PyMethodDef methods[] = {
+    {"start", start, METH_VARARGS,
+     "start(addr, length) -> job or None: populate the page-aligned mapped range in a native thread."},
+    {"cancel", cancel, METH_O,
+     "cancel(job): stop after the chunk in progress and let go of the job (call once, before unmapping)."},
+    {"finished", finished, METH_O, "finished(job) -> bool: whether the thread has stopped."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_prefetch",
+    "Populate a mapped file's pages from a native thread (see _mapbytes.MappedBytes.prefetch).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__prefetch(void) { return PyModule_Create(&module); }
