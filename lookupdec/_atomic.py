@@ -33,7 +33,9 @@ from typing import TYPE_CHECKING, BinaryIO, Final, cast
 from lookupdec.errors import OutputFileError
 
 if TYPE_CHECKING:
-    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12 on
+    # typeshed's name for collections.abc.Buffer (3.12+); stubs only, never imported at run
+    # time, and unlike typing_extensions' it is the standard library's on every Python.
+    from _typeshed import ReadableBuffer as Buffer
 
 _TMP_TAG = ".lookupdec-"
 

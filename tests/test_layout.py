@@ -43,12 +43,13 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imports_of(path: Path) -> set[str]:
-    """Absolute names of every module ``path`` imports, anywhere in the file (TYPE_CHECKING blocks excluded)."""
+def imports_of(path: Path, *, type_checking: bool = False) -> set[str]:
+    """Absolute names of every module ``path`` imports, anywhere in the file (TYPE_CHECKING
+    blocks excluded unless ``type_checking``)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     type_only: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+        if not type_checking and isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
             type_only.update(id(n) for stmt in node.body for n in ast.walk(stmt))
     this = module_name(path)
     package = this if path.name == "__init__.py" else this.rpartition(".")[0]
@@ -77,9 +78,10 @@ def internal_graph() -> dict[str, set[str]]:
     return graph
 
 
-def external_imports(name: str) -> set[str]:
+def external_imports(name: str, *, type_checking: bool = False) -> set[str]:
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    return {m.partition(".")[0] for m in imports_of(modules[name]) if not m.startswith("lookupdec")}
+    found = imports_of(modules[name], type_checking=type_checking)
+    return {m.partition(".")[0] for m in found if not m.startswith("lookupdec")}
 
 
 GRAPH = internal_graph()
@@ -163,9 +165,45 @@ def test_reference_imports_only_stdlib_and_leaves() -> None:
 
 
 def test_leaves_import_only_stdlib() -> None:
+    # Type-only imports too: the reference is the standard library alone for its type checker
+    # as well, on every supported Python (``_typeshed`` is the standard library's own stubs).
     for leaf in STDLIB_LEAVES:
-        assert external_imports(leaf) <= STDLIB, (leaf, external_imports(leaf) - STDLIB)
+        outside = external_imports(leaf, type_checking=True) - STDLIB - {"_typeshed"}
+        assert not outside, (leaf, outside)
         assert GRAPH[leaf] - ancestors(leaf) <= STDLIB_LEAVES, (leaf, GRAPH[leaf])
+
+
+def test_reference_runs_on_the_standard_library_alone(tmp_path: Path) -> None:
+    """On the running interpreter, a fresh process that drafts, replays, merges and writes and
+    reads every file the reference handles loads no module outside the standard library."""
+    code = f"""
+import sys
+before = set(sys.modules)
+import lookupdec.reference as ref
+ctx = ref.NgramCache()
+toks = [1, 2, 3, 1, 2, 3, 1, 2, 4] * 20
+ctx.update(toks, len(toks))
+out = [toks[-1]]
+ref.draft(toks, out, 8, 1, 4, ctx, ref.NgramCache(), ref.NgramCache())
+ref.replay(toks, 64, 8, ctx)
+d = ref.Drafter(policy="hybrid")
+req = d.request(toks)
+req.propose()
+req.extend([5])
+req.end()
+st = ref.build_static(toks)
+st.save({str(tmp_path / "s.bin")!r})
+ref.load_static({str(tmp_path / "s.bin")!r})
+ctx.save({str(tmp_path / "d.bin")!r})
+ref.NgramCache.load({str(tmp_path / "d.bin")!r})
+new = sorted(set(sys.modules) - before)
+outside = [m for m in new if m.partition(".")[0] not in sys.stdlib_module_names and not m.startswith("lookupdec")]
+print(outside)
+"""
+    env = {**os.environ, "LOOKUPDEC_IMPL": "reference"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 def test_import_reference_loads_no_compiled_library() -> None:
