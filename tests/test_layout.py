@@ -49,7 +49,9 @@ def imports_of(path: Path, *, type_checking: bool = False) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     type_only: set[int] = set()
     for node in ast.walk(tree):
-        if not type_checking and isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+        guard = isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        if guard and not type_checking:
+            assert isinstance(node, ast.If)
             type_only.update(id(n) for stmt in node.body for n in ast.walk(stmt))
     this = module_name(path)
     package = this if path.name == "__init__.py" else this.rpartition(".")[0]
