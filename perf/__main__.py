@@ -17,6 +17,8 @@ COMMANDS = {
     "history": ("perf.history", "keep and plot per-runner results of main (perf.yml on main)"),
     "policy": ("perf.bench_policy", "drafting policies: tokens per step, waste and µs per step (issue 13)"),
     "speedup": ("perf.speedup", "generation speed with real forward passes: tokens/s with and without drafting"),
+    "anchors": ("perf.anchors", "build and run the C++ anchor (the fork's ngram-cache, replicated; perf/anchors/)"),
+    "fork": ("perf.fork", "lookupdec against the C++ anchor: create, open, draft, merge in interleaved rounds"),
 }
 
 

@@ -5,6 +5,7 @@
 //   ngram-anchor create CORPUS.bin [CORPUS.bin ...] -o STATIC [--format fork-v2|llama]
 //   ngram-anchor stats REPLAY.bin [-lcs STATIC] [-lcd DYNAMIC] [-c 4096] [--draft 8] [--json]
 //   ngram-anchor merge A B [...] -o OUT
+//   ngram-anchor update TOKENS.bin [...] -o DYNAMIC
 //   ngram-anchor open STATIC [--repeat N] [--json]
 //   ngram-anchor measure -o RESULT.json -- COMMAND [ARGS...]
 //
@@ -317,6 +318,28 @@ int cmd_merge(int argc, char **argv) {
     return 0;
 }
 
+// --- update: a dynamic cache file from token files (what llama-lookup saves with -lcd) -------
+
+int cmd_update(int argc, char **argv) {
+    Args a = parse(argc, argv, 2, {"-o", "--output"}, {"--tokens", "-q", "--quiet", "--json"});
+    const std::string out = a.get("-o", "--output", "");
+    if (a.positional.empty() || out.empty()) throw UsageError("usage: ngram-anchor update TOKENS.bin [...] -o DYNAMIC");
+    const double t0 = now_s();
+    NgramMap cache;
+    for (const auto &path : a.positional) {
+        // Each file a context of its own, merged into the cache (as llama-lookup's sessions).
+        std::vector<token_t> tokens = read_tokens(path);
+        NgramMap context;
+        update(context, NGRAM_MIN, NGRAM_MAX, tokens, static_cast<int64_t>(tokens.size()));
+        merge(cache, context);
+    }
+    save_legacy(cache, out);
+    if (a.has("--json"))
+        std::printf("{\"n_keys\": %zu, \"wall_s\": %s, \"peak_rss_bytes\": %" PRId64 "}\n", cache.size(),
+                    num(now_s() - t0).c_str(), vm_hwm_bytes());
+    return 0;
+}
+
 // --- open: static load time alone ------------------------------------------------------------
 
 int cmd_open(int argc, char **argv) {
@@ -440,6 +463,7 @@ const char *USAGE =
     "  create CORPUS.bin [...] -o STATIC [--format fork-v2|llama] [--json]   llama-lookup-create (2-grams)\n"
     "  stats REPLAY.bin [-lcs STATIC] [-lcd DYNAMIC] [-c 4096] [--draft 8] [--json]   llama-lookup-stats\n"
     "  merge A B [...] -o OUT [--json]                                        llama-lookup-merge\n"
+    "  update TOKENS.bin [...] -o DYNAMIC                                     a dynamic cache (1..4-grams)\n"
     "  open STATIC [--repeat N] [--json]                                      static load time\n"
     "  measure -o RESULT.json -- COMMAND [ARGS...]                            wall time, peak RSS of a command\n"
     "Token files are raw little-endian int32 ids. The fork's algorithms, reconstructed: see perf/anchors/README.md.\n";
@@ -457,6 +481,7 @@ int main(int argc, char **argv) {
         if (cmd == "stats") return cmd_stats(argc, argv);
         if (cmd == "merge") return cmd_merge(argc, argv);
         if (cmd == "open") return cmd_open(argc, argv);
+        if (cmd == "update") return cmd_update(argc, argv);
         if (cmd == "measure") return cmd_measure(argc, argv);
         std::fprintf(stderr, "ngram-anchor: unknown command '%s'\n%s", cmd.c_str(), USAGE);
         return 2;
