@@ -189,3 +189,39 @@ def test_clean_errors(anchor: Path, tmp_path: Path) -> None:
     assert done.returncode == 1 and "not a multiple of 4" in done.stderr
     done = run_anchor(anchor, "stats", odd, "--bogus")
     assert done.returncode == 2 and "unknown option --bogus" in done.stderr
+
+
+def test_perf_fork_plan_and_summary() -> None:
+    """Every (operation, size) gets both sides once per round, the sides alternating."""
+    from perf import fork
+
+    plan = fork.rounds_plan(["1M", "25"], list(fork.OPERATIONS), 4)
+    for steps in plan:
+        assert sorted((op, size) for op, size, _ in steps) == sorted(
+            [(op, s) for op in ("create", "open", "draft") for s in ("1M", "25")] + [("merge", "-")]
+        )
+    for k in range(3):
+        now = {(op, size): sides for op, size, sides in plan[k]}
+        after = {(op, size): sides for op, size, sides in plan[k + 1]}
+        assert all(now[pair] == after[pair][::-1] for pair in now)
+    rows = [
+        {"op": "draft", "size": "1M", "side": side, "round": k, "us": us, "rss": rss, "n_drafted": 5, "n_accept": 1}
+        for k in range(3)
+        for side, us, rss in (("fork", 2.0, 100.0), ("lookupdec", 1.0 + k * 0.5, 110.0))
+    ]
+    summary = {s["metric"]: s for s in fork.summarize(rows, ["1M"], ["draft"])}
+    assert summary["us"]["ratio"] == 0.75 and summary["us"]["met"] and summary["us"]["counts_equal"]
+    assert summary["rss"]["ratio"] == pytest.approx(1.1) and summary["rss"]["met"]
+    assert "draft" in fork.table(list(summary.values()))
+
+
+@pytest.mark.slow
+def test_perf_fork_quick(anchor: Path, shared: dict[str, Path], tmp_path: Path) -> None:
+    """``python -m perf fork --quick`` runs end to end (about 15 s) and the drafts agree."""
+    from perf import fork
+
+    out = tmp_path / "fork.json"
+    assert fork.main(["--quick", "--rounds", "1", "--work", str(tmp_path / "work"), "--json", str(out)]) == 0
+    summary = json.loads(out.read_text())["summary"]
+    assert {s["op"] for s in summary} == set(fork.OPERATIONS)
+    assert all(s["counts_equal"] for s in summary if s["op"] == "draft")

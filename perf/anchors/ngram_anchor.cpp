@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -440,6 +441,7 @@ int cmd_measure(int argc, char **argv) {
     int status = 0;
     struct rusage ru;
     while (wait4(pid, &status, 0, &ru) < 0) {
+        if (errno != EINTR) throw std::runtime_error("wait4 failed");
     }
     const double wall = now_s() - t0;
     stop.store(true);
