@@ -179,11 +179,17 @@ int cmd_create(int argc, char **argv) {
     if (format == "llama") {
         save_legacy(cache, out);
     } else {
-        std::vector<unsigned char> bytes = StaticCache::serialize_v2(cache);
         FILE *f = std::fopen(out.c_str(), "wb");
         if (!f) throw FileError(out, "cannot write the static file");
-        if (std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size() || std::fclose(f) != 0)
-            throw FileError(out, "write failed");
+        bool ok = true;
+        try {
+            StaticCache::write_v2(cache, [&](const void *p, size_t n) { ok = ok && std::fwrite(p, 1, n, f) == n; });
+        } catch (...) {
+            std::fclose(f);
+            std::remove(out.c_str());  // no half-written file left behind
+            throw;
+        }
+        if (std::fclose(f) != 0 || !ok) throw FileError(out, "write failed");
     }
     const double t2 = now_s();
     if (a.has("--json")) {

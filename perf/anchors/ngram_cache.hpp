@@ -339,8 +339,11 @@ public:
         return sc;
     }
 
-    // The bytes of a fork static file v2 for the 2-grams of `cache` (spec 11.2).
-    static std::vector<unsigned char> serialize_v2(const NgramMap &cache) {
+    // A fork static file v2 for the 2-grams of `cache` (spec 11.2), handed to `sink(bytes, n)`
+    // section by section (header, entries, map, key table) as the fork writes it, so that the
+    // file is never held twice in memory.
+    template <class Sink>
+    static void write_v2(const NgramMap &cache, Sink &&sink) {
         std::vector<Entry> entries;
         std::vector<uint64_t> hashes, spans;
         std::vector<std::pair<uint64_t, uint64_t>> table;  // packed key, span
@@ -362,18 +365,19 @@ public:
         hashes = std::vector<uint64_t>();
         spans = std::vector<uint64_t>();
         const uint64_t header[4] = {STATIC_MAGIC_V2, entries.size(), map.size(), table.size()};
+        sink(header, sizeof header);
+        sink(entries.data(), entries.size() * sizeof(Entry));
+        sink(map.data(), map.size());
+        static_assert(sizeof(std::pair<uint64_t, uint64_t>) == 16, "key table rows are 16 bytes");
+        sink(table.data(), table.size() * 16);  // i32 t0, i32 t1 (= the packed key), u64 span
+    }
+
+    static std::vector<unsigned char> serialize_v2(const NgramMap &cache) {
         std::vector<unsigned char> out;
-        out.reserve(32 + entries.size() * 8 + map.size() + table.size() * 16);
-        auto put = [&out](const void *p, size_t n) {
+        write_v2(cache, [&out](const void *p, size_t n) {
             const unsigned char *b = static_cast<const unsigned char *>(p);
             out.insert(out.end(), b, b + n);
-        };
-        put(header, 32);
-        put(entries.data(), entries.size() * 8);
-        entries = std::vector<Entry>();
-        put(map.data(), map.size());
-        map = std::vector<unsigned char>();
-        for (const auto &row : table) put(&row, 16);  // i32 t0, i32 t1 (= the packed key), u64 span
+        });
         return out;
     }
 
