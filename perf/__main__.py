@@ -18,6 +18,8 @@ COMMANDS = {
     "policy": ("perf.bench_policy", "drafting policies: tokens per step, waste and µs per step (issue 13)"),
     "open": ("perf.open_index", "open a static index, and the first drafts after it, at every size"),
     "speedup": ("perf.speedup", "generation speed with real forward passes: tokens/s with and without drafting"),
+    "anchors": ("perf.anchors", "build and run the C++ anchor (the fork's ngram-cache, replicated; perf/anchors/)"),
+    "fork": ("perf.fork", "lookupdec against the C++ anchor: create, open, draft, merge in interleaved rounds"),
 }
 
 
