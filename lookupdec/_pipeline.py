@@ -118,22 +118,24 @@ def load_static(impl: ModuleType, path: str, *, in_memory: bool = False, verify:
     from lookupdec.formats.detect import detect_format, refuse_empty_static
 
     require_file(path, "static cache, -lcs")
+    if impl.IMPLEMENTATION != "reference":
+        # It detects the format, refuses an empty file and opens an index on one open.
+        return impl.load_static(path, in_memory=in_memory, verify=verify)
     refuse_empty_static(path)
     fmt = detect_format(path)
     if fmt == "fork-v1":
         from lookupdec.formats import ForkStatic
 
         return ForkStatic(path)
-    if impl.IMPLEMENTATION == "reference":
-        if fmt == "lookupdec":
-            from lookupdec.formats import LookupdecIndexReader
+    if fmt == "lookupdec":
+        from lookupdec.formats import LookupdecIndexReader
 
-            reader = LookupdecIndexReader(path)
-            if verify:
-                reader.verify()
-            return reader
-        if fmt != "llama":
-            return load_cache(impl, path)
+        reader = LookupdecIndexReader(path)
+        if verify:
+            reader.verify()
+        return reader
+    if fmt != "llama":
+        return load_cache(impl, path)
     return impl.load_static(path, in_memory=in_memory, verify=verify)
 
 

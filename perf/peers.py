@@ -363,28 +363,9 @@ def row(set_name: str, peer: str, r: ReplayResult, setup_s: float) -> dict[str, 
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m perf.peers", description=__doc__.split("\n\n")[0])
-    p.add_argument("--sets", default=",".join(SETS), help="comma-separated: " + ", ".join(SETS))
-    p.add_argument(
-        "--peers",
-        default=",".join(PEERS),
-        help="comma-separated: " + ", ".join(PEERS + EXTRA_PEERS) + " (default: the first six)",
-    )
-    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
-    p.add_argument("--cache-dir", metavar="DIR", help="where llama's static index files are kept (default: a temp dir)")
-    args = p.parse_args(argv)
-    peers = [x for x in args.peers.split(",") if x]
-    sets = [x for x in args.sets.split(",") if x]
-    for peer in peers:
-        if peer not in PEERS + EXTRA_PEERS:
-            p.error(f"unknown peer {peer!r} (known: {', '.join(PEERS + EXTRA_PEERS)})")
-    for s in sets:
-        if s not in SETS:
-            p.error(f"unknown set {s!r} (known: {', '.join(SETS)})")
+def replay_all(peers: list[str], sets: list[str], cache: Path) -> list[dict[str, Any]]:
+    """Every peer on every set: the table's rows (llama's index files kept in ``cache``)."""
     d = data_dir()
-    cache = Path(args.cache_dir) if args.cache_dir else Path(tempfile.mkdtemp(prefix="lookupdec-peers-"))
-    cache.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     for set_name in sets:
         replay, corpus = load_set(set_name, d)
@@ -410,6 +391,33 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m perf.peers", description=__doc__.split("\n\n")[0])
+    p.add_argument("--sets", default=",".join(SETS), help="comma-separated: " + ", ".join(SETS))
+    p.add_argument(
+        "--peers",
+        default=",".join(PEERS),
+        help="comma-separated: " + ", ".join(PEERS + EXTRA_PEERS) + " (default: the first six)",
+    )
+    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    p.add_argument("--cache-dir", metavar="DIR", help="where llama's static index files are kept (default: a temp dir)")
+    args = p.parse_args(argv)
+    peers = [x for x in args.peers.split(",") if x]
+    sets = [x for x in args.sets.split(",") if x]
+    for peer in peers:
+        if peer not in PEERS + EXTRA_PEERS:
+            p.error(f"unknown peer {peer!r} (known: {', '.join(PEERS + EXTRA_PEERS)})")
+    for s in sets:
+        if s not in SETS:
+            p.error(f"unknown set {s!r} (known: {', '.join(SETS)})")
+    # Without --cache-dir, llama's index files live in a temporary folder removed at the end.
+    with tempfile.TemporaryDirectory(prefix="lookupdec-peers-") as tmp:
+        cache = Path(args.cache_dir or tmp)
+        cache.mkdir(parents=True, exist_ok=True)
+        rows = replay_all(peers, sets, cache)
     print("| set | peer | tokens/step | accepted | drafted | wasted/step | steps | µs/step |")
     print("|---|---|---|---|---|---|---|---|")
     for x in rows:

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import pytest
 
 import lookupdec
 
@@ -39,3 +43,14 @@ def fast_impl() -> ModuleType:
     from lookupdec import fast
 
     return fast
+
+
+# Caches that libraries under test write to the temporary directory by default (torch's
+# inductor: /tmp/torchinductor_<user>) go to one folder per test process, removed at its end.
+_SCRATCH = tempfile.mkdtemp(prefix="lookupdec-tests-")
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_SCRATCH, "torchinductor"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove this process's scratch folder (see ``_SCRATCH``)."""
+    shutil.rmtree(_SCRATCH, ignore_errors=True)

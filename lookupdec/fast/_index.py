@@ -34,7 +34,7 @@ from lookupdec.fast._mapbytes import MappedBytes, map_bytes, read_whole
 
 # Imported here, not in StaticIndex.open: on first use they cost a process's first open ~2 ms
 # (the header's dataclass is built then), against a steady open of ~0.1 ms.
-from lookupdec.formats.detect import detect_format, open_regular, refuse_empty_static
+from lookupdec.formats.detect import format_of, open_regular, refuse_empty_static
 from lookupdec.formats.index_header import index_header
 
 if TYPE_CHECKING:
@@ -410,33 +410,7 @@ class StaticIndex(StaticSource):
         p = os.fspath(path)
         with open_regular(p) as f:
             size = os.fstat(f.fileno()).st_size
-            header = f.read(HEADER_SIZE)
-            if in_memory:
-                data, copy = read_whole(f.fileno(), size, p)
-                try:
-                    return StaticIndex(p, header, size, data, None, copy, copied=True)
-                except BaseException:
-                    if copy is not None:
-                        data = b""  # the copy's last reference but the view's: close() unmaps it
-                        copy.close()
-                    raise
-            if len(header) < HEADER_SIZE:
-                return StaticIndex(p, header, size, b"", None)  # raises: too short
-            view = map_bytes(f.fileno(), size)
-            if view is not None:
-                try:
-                    ix = StaticIndex(p, header, size, view.data, None, view)
-                except BaseException:
-                    view.close()
-                    raise
-                view.prefetch()  # readahead of the whole file, not waited for (open stays O(1))
-                return ix
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        try:
-            return StaticIndex(p, header, size, b"", mm)
-        except BaseException:
-            mm.close()
-            raise
+            return open_index_file(f.fileno(), p, size, f.read(HEADER_SIZE), in_memory)
 
     @classmethod
     def from_bytes(cls, data: bytes, path: str = "<memory>") -> StaticIndex:
@@ -913,6 +887,37 @@ class StaticIndex(StaticSource):
         self.close()
 
 
+def open_index_file(fd: int, p: str, size: int, header: bytes, in_memory: bool) -> StaticIndex:
+    """:meth:`StaticIndex.open` of the index file open as ``fd`` (``size`` bytes, its first
+    bytes ``header``): the file is opened once by whoever detected its format."""
+    if in_memory:
+        data, copy = read_whole(fd, size, p)
+        try:
+            return StaticIndex(p, header, size, data, None, copy, copied=True)
+        except BaseException:
+            if copy is not None:
+                data = b""  # the copy's last reference but the view's: close() unmaps it
+                copy.close()
+            raise
+    if len(header) < HEADER_SIZE:
+        return StaticIndex(p, header, size, b"", None)  # raises: too short
+    view = map_bytes(fd, size)
+    if view is not None:
+        try:
+            ix = StaticIndex(p, header, size, view.data, None, view)
+        except BaseException:
+            view.close()
+            raise
+        view.prefetch()  # the whole file mapped in by a thread, not waited for (open stays O(1))
+        return ix
+    mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    try:
+        return StaticIndex(p, header, size, b"", mm)
+    except BaseException:
+        mm.close()
+        raise
+
+
 def load_static(
     path: str | os.PathLike[str], *, in_memory: bool = False, strict: bool = False, verify: bool = False
 ) -> StaticIndex | NgramCache | ForkStatic:
@@ -933,13 +938,19 @@ def load_static(
     # ForkStatic and read_as_contents only where used: their modules import numpy (~11 MB of
     # a replay's peak RSS), which opening a lookupdec index or a legacy file does without.
 
-    fmt = detect_format(path)
-    refuse_empty_static(path)
-    if fmt == "lookupdec":
-        ix = StaticIndex.open(path, in_memory=in_memory)
-        if verify:
-            ix.verify()
-        return ix
+    # One open for the format, the size and the header: a lookupdec index is opened on it.
+    p = os.fspath(path)
+    with open_regular(p) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            refuse_empty_static(p)
+        header = f.read(HEADER_SIZE)
+        fmt = format_of(header)
+        if fmt == "lookupdec":
+            ix = open_index_file(f.fileno(), p, size, header, in_memory)
+            if verify:
+                ix.verify()
+            return ix
     if fmt == "fork-v1":
         from lookupdec.formats import ForkStatic
 

@@ -60,12 +60,17 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     Raises :class:`CacheFormatError` when ``path`` is not a regular file (see :func:`open_regular`).
     """
     with open_regular(path) as f:
-        head = f.read(8)
-    if head == MAGIC_FORK_V1:
+        return format_of(f.read(8))
+
+
+def format_of(head: bytes) -> str:
+    """The format of a cache file from its first bytes (at least 8 where it has them)."""
+    magic = head[:8]
+    if magic == MAGIC_FORK_V1:
         return "fork-v1"
-    if head == MAGIC_FORK_V2:
+    if magic == MAGIC_FORK_V2:
         return "fork-v2"
-    if head == MAGIC_LOOKUPDEC:
+    if magic == MAGIC_LOOKUPDEC:
         return "lookupdec"
     return "llama"
 
