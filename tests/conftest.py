@@ -6,6 +6,8 @@ implementation module, and instantiated for each implementation (PEP 399 style).
 
 from __future__ import annotations
 
+import contextlib
+import getpass
 import json
 import os
 import shutil
@@ -52,5 +54,9 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_SCRATCH, "torchin
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove this process's scratch folder (see ``_SCRATCH``)."""
+    """Remove this process's scratch folder (see ``_SCRATCH``), and in the main process pytest's
+    per-user folder, which it empties (``tmp_path_retention_policy``) but keeps."""
     shutil.rmtree(_SCRATCH, ignore_errors=True)
+    if not hasattr(config, "workerinput"):  # not an xdist worker
+        with contextlib.suppress(OSError, KeyError):
+            os.rmdir(os.path.join(tempfile.gettempdir(), f"pytest-of-{getpass.getuser()}"))  # only if empty
