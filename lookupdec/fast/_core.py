@@ -1412,13 +1412,18 @@ def replay_core(
     n_steps: i64 = 0
     t_draft = 0.0
     i_start: i64 = 0
+    # One buffer for every step's tail and drafts: append into spare capacity writes in place
+    # and returns a longer vec over the same memory, so starting each step from this empty vec
+    # reuses it (a new vec per step was a malloc and a free per step). Nothing reads a step's
+    # tail after the step, so sharing is safe; were append ever to copy, it would only be slower.
+    empty = vec[i32](capacity=NGRAM_MAX + n_draft)
     while i_start + n_ctx < total:
         t0 = time.perf_counter()
         pos: i64 = 1
         while pos < n_ctx:
             n_steps += 1
             nd: i64 = 0
-            tail = vec[i32](capacity=NGRAM_MAX + n_draft)
+            tail = empty
             if pos >= 2:
                 # Not ``lo = pos - 4 if pos > 4 else 0``: mypyc types that expression as a Python
                 # int (i64 | literal), so lo was boxed and the range below ran on tagged ints.
