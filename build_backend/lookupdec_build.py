@@ -3,7 +3,7 @@
 The pattern of charset-normalizer's in-tree backend: ``pyproject.toml`` names this module
 (``build-backend = "lookupdec_build"``, ``backend-path = ["build_backend"]``), everything is
 delegated to ``setuptools.build_meta``, and the hooks that list build requirements add mypy
-(whose mypyc compiles ``lookupdec/fast/_core.py`` and ``_index.py`` in ``setup.py``) unless
+(whose mypyc compiles the modules of ``setup.py``'s ``HOT_MODULES``) unless
 ``LOOKUPDEC_NO_MYPYC=1`` asks for the pure-Python build. So the fallback wheel
 (``LOOKUPDEC_NO_MYPYC=1 python -m build --wheel``) and the sdist build without mypy;
 ``LOOKUPDEC_REQUIRE_MYPYC=1`` wins over ``LOOKUPDEC_NO_MYPYC`` as in ``setup.py``.

@@ -1,8 +1,9 @@
 """lookupdec's fast path: the same API as :mod:`lookupdec.reference`, compiled with mypyc.
 
-``pip install`` compiles :mod:`lookupdec.fast._core` (cache, drafting, replay) and
-:mod:`lookupdec.fast._index` (the static index) and :mod:`lookupdec.fast._legacy` (legacy cache
-files) to C extension modules (see ``setup.py``).
+``pip install`` compiles the hot modules (``setup.py``'s ``HOT_MODULES``: the caches, drafting
+and replay, the static index, legacy files, the corpus, the hybrid policy, the request
+bookkeeping, the vLLM row loop) to C extension modules, and on Linux builds the small C module
+``_prefetch`` (the thread that maps an index's pages in).
 Without a C compiler they run as plain Python, with identical results but slowly;
 :data:`COMPILED` says which. Beyond the reference's names this module adds
 :class:`StaticIndex`, :func:`load_static` and :func:`merge_legacy_files` (``lookupdec merge``
