@@ -27,6 +27,7 @@ HOT_MODULES = [
     "lookupdec/fast/_request.py",
     "lookupdec/fast/_rows.py",
     "lookupdec/build/_probe.py",
+    "lookupdec/tokenizer/_pretok.py",
 ]
 REQUIRE = os.environ.get("LOOKUPDEC_REQUIRE_MYPYC") == "1"
 SKIP = os.environ.get("LOOKUPDEC_NO_MYPYC") == "1"

@@ -21,6 +21,7 @@ HOT_MODULES = (
     "lookupdec.fast._request",
     "lookupdec.fast._rows",
     "lookupdec.build._probe",
+    "lookupdec.tokenizer._pretok",
 )
 EXTENSION_SUFFIXES = (".so", ".pyd")
 

@@ -9,8 +9,18 @@ alphabet and merged by merge rank (``llm_tokenizer_bpe_session``); with ``ignore
 
 Engines, chosen per vocabulary:
 
-* ``tiktoken`` (Rust, ~20 MB/s here) when the vocabulary has ``ignore_merges`` and passes
-  :func:`tiktoken_ranks`'s checks. tiktoken merges by the rank of the merged *token* and takes a
+* ``split+tiktoken`` for the Llama 3 pre-tokenizer when tiktoken is exact for the vocabulary
+  (next item) and :mod:`lookupdec.tokenizer._pretok` is compiled: the pieces are cut by that
+  module's hand-written Llama 3 splitter, and each piece's ids come from a dict of the pieces
+  seen so far, else from a dict of the tokens (a piece that is a token is emitted whole), else
+  from tiktoken's BPE of that one piece. Measured faster per core than tiktoken's own
+  ``encode_ordinary`` (docs/performance.md), whose cost is mostly its regex (fancy-regex
+  backtracking for ``\\s+(?!\\S)``) and a hash lookup per piece that is as cold as ours, while
+  the splitter is a plain loop over a code-point class table. tiktoken stays the merge engine
+  (well kept, Rust, exact here): only pieces not seen before reach it. Interpreted (no
+  compiler) the splitter is ~50x slower, so then tiktoken runs alone as below.
+* ``tiktoken`` (Rust, ~12-20 MB/s here) when the vocabulary has ``ignore_merges`` and passes
+  :func:`tiktoken_exact`'s checks. tiktoken merges by the rank of the merged *token* and takes a
   piece that is a token whole, which is llama.cpp's ``ignore_merges`` merge by *pair* rank
   exactly when the merge list is sorted by the id of the merged token and every split of a
   token into two tokens is a merge (true of vocabularies converted from tiktoken, like Llama 3).
@@ -20,7 +30,8 @@ Engines, chosen per vocabulary:
   and has the ``ignore_merges`` switch. Its own pre-tokenizers use Oniguruma regexes and
   behaviours that differ from llama.cpp's in places (gaps between matches, ``\\s``), so the
   pieces are cut here with the ``regex`` module (llama.cpp's regexes, its gap rule) and given
-  to it pre-split (``is_pretokenized``). 2-5x slower than tiktoken; exact.
+  to it pre-split (``is_pretokenized``); the Qwen2 regex (Llama 3's with single digits)
+  is cut by the compiled splitter too. 2-5x slower than tiktoken; exact.
 """
 
 from __future__ import annotations
@@ -28,6 +39,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import struct
+import sys
+from array import array
 from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
@@ -55,6 +69,31 @@ _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
 _DEEPSEEK_CODER = (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", r"[一-龥ࠀ-一가-퟿]+", r"\p{N}")
 
 
+def _pretok_compiled() -> bool:
+    from lookupdec.tokenizer import _pretok
+
+    return (_pretok.__file__ or "").endswith((".so", ".pyd"))
+
+
+@cache
+def class_table() -> bytes:
+    """The class of every code point for :mod:`lookupdec.tokenizer._pretok` (one byte each, 0x110000 bytes).
+
+    Built with the ``regex`` module's own ``\\p{L}``, ``\\p{N}`` and ``\\s`` over all code points
+    (surrogates included), so the hand-written splitter sees exactly the classes of the regexes
+    it replaces. ~50 ms, once per process.
+    """
+    from lookupdec.tokenizer import _pretok
+
+    everything = np.arange(0x110000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    table = bytearray(0x110000)  # OTHER (0) unless set below
+    classes = (0, _pretok.LETTER, _pretok.DIGIT, _pretok.SPACE, _pretok.NEWLINE)
+    for m in regex.finditer(r"(\p{L}+)|(\p{N}+)|([^\S\r\n]+)|([\r\n]+)", everything):
+        a, b = m.span()
+        table[a:b] = bytes([classes[m.lastindex or 0]]) * (b - a)
+    return bytes(table)
+
+
 class PreType:
     """One llama.cpp pre-tokenizer type: its regexes and flags."""
 
@@ -64,6 +103,17 @@ class PreType:
         self.ignore_merges = ignore_merges
         self.add_bos = add_bos  # llama.cpp's default when the GGUF has no add_bos_token key
         self.compiled = [regex.compile(r) for r in regexes]
+        digits: dict[tuple[str, ...], int] = {(_LLAMA3,): 3, (_QWEN2,): 1}
+        self.max_digits: int | None = digits.get(regexes)
+        """Digits per piece when the regex is Llama 3's or Qwen2's (:mod:`._pretok` can cut it), else None."""
+
+    def pieces(self, text: str) -> list[str]:
+        """:meth:`split`, by the compiled hand-written splitter when there is one for this type."""
+        if self.max_digits is not None and _pretok_compiled():
+            from lookupdec.tokenizer import _pretok
+
+            return _pretok.split(text, class_table(), self.max_digits)
+        return self.split(text)
 
     def split(self, text: str) -> list[str]:
         """The pieces of ``text``, as llama.cpp's ``unicode_regex_split`` cuts them (before byte mapping)."""
@@ -254,6 +304,10 @@ class BpeModel:
         self._tiktoken: Any = None
         self._hf: Any = None
         self._pieces: dict[str, list[int]] = {}
+        # split+tiktoken: piece -> its ids as little-endian int32 bytes (see _pretok.encode)
+        self._seen: dict[str, bytes] = {}
+        self._whole: dict[str, bytes] = {}
+        self._pretok: Any = None  # the module doing split+tiktoken (a test may swap in the interpreted one)
         if pre.ignore_merges and len(pre.regexes) == 1:
             ranks = byte_ranks(tokens, types)
             if ranks is not None and _tiktoken_exact_cached(cache_key, tokens, types, merges):
@@ -263,18 +317,52 @@ class BpeModel:
                     name=f"lookupdec-{pre.name}", pat_str=pre.regexes[0], mergeable_ranks=ranks, special_tokens={}
                 )
                 self.engine = "tiktoken"
+                if pre.max_digits == 3 and _pretok_compiled():
+                    from lookupdec.tokenizer import _pretok
+
+                    self.use_split(_pretok, ranks)
         if self._tiktoken is None:
             self._hf = _hf_bpe(tokens, merges(), pre.ignore_merges)
+
+    def use_split(self, module: Any, ranks: dict[bytes, int]) -> None:
+        """Encode with ``module``'s splitter (:mod:`._pretok`, compiled or not) and tiktoken for new pieces."""
+        pack = struct.Struct("<i").pack
+        whole: dict[str, bytes] = {}
+        for b, i in ranks.items():
+            with contextlib.suppress(UnicodeDecodeError):  # a token that is part of a character: never a piece
+                whole[b.decode("utf-8")] = pack(i)
+        self._whole = whole
+        self._seen = {}
+        self._pretok = module
+        self.engine = "split+tiktoken"
+
+    def _miss(self, piece: str) -> bytes:
+        """The ids of one piece that is not a token (tiktoken's BPE of it), as little-endian int32 bytes."""
+        # Raises UnicodeEncodeError on a lone surrogate: encode() then redoes the text as tiktoken does.
+        ids = array("i", self._tiktoken._encode_single_piece(piece.encode("utf-8")))
+        if sys.byteorder != "little":
+            ids.byteswap()
+        return ids.tobytes()
 
     def encode(self, text: str) -> npt.NDArray[np.int32]:
         """The ids of one raw fragment."""
         if not text:
             return np.zeros(0, dtype=np.int32)
+        if self._pretok is not None:
+            table, mod = class_table(), self._pretok
+            try:
+                data = mod.encode(text, table, 3, self._seen, self._whole, self._miss, _PIECE_CACHE_MAX)
+            except UnicodeEncodeError:
+                # A lone surrogate: tiktoken's encode_ordinary replaces it (a pair becomes its
+                # character) and encodes that text; so do we, ids as before this engine.
+                text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+                data = mod.encode(text, table, 3, self._seen, self._whole, self._miss, _PIECE_CACHE_MAX)
+            return np.frombuffer(data, dtype="<i4").astype(np.int32)
         if self._tiktoken is not None:
             # encode_ordinary + one numpy conversion: measured faster than tiktoken's
             # encode_to_numpy, which goes through the special-token-aware encode (~40% slower).
             return np.asarray(self._tiktoken.encode_ordinary(text), dtype=np.int32)
-        pieces = self.pre.split(text)
+        pieces = self.pre.pieces(text)
         cache = self._pieces
         # BPE of a piece does not depend on its neighbours: each distinct new piece goes to
         # tokenizers once (one call for all of them; word_ids says which ids are whose), and
