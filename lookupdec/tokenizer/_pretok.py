@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from librt.strings import BytesWriter
+from librt.strings import BytesWriter, write_i32_le
 from mypy_extensions import i64
 
 OTHER: Final = 0
@@ -122,22 +122,14 @@ def split(text: str, table: bytes, max_digits: i64) -> list[str]:
 
 
 def encode(
-    text: str,
-    table: bytes,
-    max_digits: i64,
-    cache: dict[str, bytes],
-    tokens: dict[str, bytes],
-    miss: Callable[[str], bytes],
-    cache_max: i64,
+    text: str, table: bytes, max_digits: i64, cache: dict[str, bytes], bpe: Callable[[bytes], list[int]], cache_max: i64
 ) -> bytes:
-    """The ids of ``text`` as little-endian int32 bytes; a piece's ids from ``cache``, else ``tokens``, else ``miss``.
+    """The ids of ``text`` as little-endian int32 bytes; a piece's ids from ``cache``, else from ``bpe``.
 
-    ``tokens`` maps a piece that is one token to its id (the ``ignore_merges`` rule: such a
-    piece is emitted whole); ``miss(piece)`` gives the ids of any other piece. Both answers go
-    into ``cache``, which is emptied when it holds ``cache_max`` pieces. Looking in ``cache``
-    first is faster than in ``tokens`` first although ``tokens`` answers most pieces: ``cache``
-    holds the text's pieces in the order they first occur, the frequent ones packed together
-    near its start, where ``tokens`` spreads them over 128K entries (measured ~1.5x on English).
+    ``bpe(piece_utf8)`` gives the ids of one piece (tiktoken's ``encode_single_piece``: the
+    piece's token if it is one, else its BPE); they go into ``cache``, which is emptied when it
+    holds ``cache_max`` pieces. A piece holding a lone surrogate raises ``UnicodeEncodeError``
+    (before it is cached).
     """
     n = i64(len(text))
     out = BytesWriter()
@@ -147,9 +139,10 @@ def encode(
         piece = text[i:e]
         ids = cache.get(piece)
         if ids is None:
-            ids = tokens.get(piece)
-            if ids is None:
-                ids = miss(piece)
+            w = BytesWriter()
+            for t in bpe(piece.encode("utf-8")):
+                write_i32_le(w, t)
+            ids = w.getvalue()
             if i64(len(cache)) >= cache_max:
                 cache.clear()
             cache[piece] = ids

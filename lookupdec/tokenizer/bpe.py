@@ -39,9 +39,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import struct
-import sys
-from array import array
 from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
@@ -306,7 +303,6 @@ class BpeModel:
         self._pieces: dict[str, list[int]] = {}
         # split+tiktoken: piece -> its ids as little-endian int32 bytes (see _pretok.encode)
         self._seen: dict[str, bytes] = {}
-        self._whole: dict[str, bytes] = {}
         self._pretok: Any = None  # the module doing split+tiktoken (a test may swap in the interpreted one)
         if pre.ignore_merges and len(pre.regexes) == 1:
             ranks = byte_ranks(tokens, types)
@@ -317,46 +313,41 @@ class BpeModel:
                     name=f"lookupdec-{pre.name}", pat_str=pre.regexes[0], mergeable_ranks=ranks, special_tokens={}
                 )
                 self.engine = "tiktoken"
-                if pre.max_digits == 3 and _pretok_compiled():
+                if pre.max_digits == 3 and _pretok_compiled() and self._piece_bpe() is not None:
                     from lookupdec.tokenizer import _pretok
 
-                    self.use_split(_pretok, ranks)
+                    self.use_split(_pretok)
         if self._tiktoken is None:
             self._hf = _hf_bpe(tokens, merges(), pre.ignore_merges)
 
-    def use_split(self, module: Any, ranks: dict[bytes, int]) -> None:
+    def _piece_bpe(self) -> Callable[[bytes], list[int]] | None:
+        """tiktoken's BPE of one piece (its Rust ``CoreBPE.encode_single_piece``), None if this tiktoken has none.
+
+        The piece's token if it is one, else its byte-pair merge: what ``encode_ordinary`` does
+        to each piece its regex cuts. A private attribute (the public Python wrapper,
+        ``Encoding._encode_single_piece``, is private too and only adds a frame), hence the check.
+        """
+        return getattr(getattr(self._tiktoken, "_core_bpe", None), "encode_single_piece", None)
+
+    def use_split(self, module: Any) -> None:
         """Encode with ``module``'s splitter (:mod:`._pretok`, compiled or not) and tiktoken for new pieces."""
-        pack = struct.Struct("<i").pack
-        whole: dict[str, bytes] = {}
-        for b, i in ranks.items():
-            with contextlib.suppress(UnicodeDecodeError):  # a token that is part of a character: never a piece
-                whole[b.decode("utf-8")] = pack(i)
-        self._whole = whole
         self._seen = {}
         self._pretok = module
         self.engine = "split+tiktoken"
-
-    def _miss(self, piece: str) -> bytes:
-        """The ids of one piece that is not a token (tiktoken's BPE of it), as little-endian int32 bytes."""
-        # Raises UnicodeEncodeError on a lone surrogate: encode() then redoes the text as tiktoken does.
-        ids = array("i", self._tiktoken._encode_single_piece(piece.encode("utf-8")))
-        if sys.byteorder != "little":
-            ids.byteswap()
-        return ids.tobytes()
 
     def encode(self, text: str) -> npt.NDArray[np.int32]:
         """The ids of one raw fragment."""
         if not text:
             return np.zeros(0, dtype=np.int32)
         if self._pretok is not None:
-            table, mod = class_table(), self._pretok
+            table, mod, bpe = class_table(), self._pretok, self._piece_bpe()
             try:
-                data = mod.encode(text, table, 3, self._seen, self._whole, self._miss, _PIECE_CACHE_MAX)
+                data = mod.encode(text, table, 3, self._seen, bpe, _PIECE_CACHE_MAX)
             except UnicodeEncodeError:
                 # A lone surrogate: tiktoken's encode_ordinary replaces it (a pair becomes its
                 # character) and encodes that text; so do we, ids as before this engine.
                 text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-                data = mod.encode(text, table, 3, self._seen, self._whole, self._miss, _PIECE_CACHE_MAX)
+                data = mod.encode(text, table, 3, self._seen, bpe, _PIECE_CACHE_MAX)
             return np.frombuffer(data, dtype="<i4").astype(np.int32)
         if self._tiktoken is not None:
             # encode_ordinary + one numpy conversion: measured faster than tiktoken's
