@@ -171,3 +171,25 @@ def test_encode_lone_surrogates_as_tiktoken() -> None:
     enc = tok._bpe._tiktoken
     for text in ("a\ud800b", "x \udfff\n", "'s\ud83d\ude00 1234", "\ud835\udc00bc", "\ud800"):
         assert tok.encode(text, add_special=False).tolist() == enc.encode_ordinary(text), repr(text)
+
+
+def test_class_table_cache_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table is built once, kept in the cache folder, read back; a damaged file is rebuilt."""
+    import regex
+
+    expected = class_table()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    try:
+        class_table.cache_clear()
+        assert class_table() == expected  # built
+        (path,) = (tmp_path / "lookupdec" / "pretok").iterdir()
+        assert path.name == f"classes-regex-{regex.__version__}"
+        assert path.read_bytes() == expected
+        class_table.cache_clear()
+        assert class_table() == expected  # read
+        path.write_bytes(expected[:1000])
+        class_table.cache_clear()
+        assert class_table() == expected  # rebuilt
+        assert path.read_bytes() == expected
+    finally:
+        class_table.cache_clear()

@@ -62,27 +62,28 @@ _BLANK: Final = 32  # the space of ` ?` in alternative 4
 
 def piece_end(text: str, n: i64, i: i64, table: bytes, max_digits: i64) -> i64:
     """End of the piece starting at ``i`` of ``text`` (``n = len(text)``, ``i < n``)."""
-    c = ord(text[i])
+    # i64 locals: an untyped ord() result would be a tagged int, `| 32` then a generic tagged op.
+    c: i64 = ord(text[i])
     if c == _QUOTE and i + 1 < n:
         # ASCII letters only: `| 32` maps 'S' to 's' and so on; no other code point lands on
         # these values (the bit is the only difference).
-        d = ord(text[i + 1]) | 32
+        d: i64 = ord(text[i + 1])
+        d |= 32
         if d == 115 or d == 116 or d == 109 or d == 100:  # s t m d
             return i + 2
         if i + 2 < n:
-            e = ord(text[i + 2]) | 32
+            e: i64 = ord(text[i + 2])
+            e |= 32
             if (e == 101 and (d == 114 or d == 118)) or (d == 108 and e == 108):  # re ve ll
                 return i + 3
-    k = table[c]
+    k: i64 = table[c]
     j: i64 = i + 1
     if k == LETTER or (k != NEWLINE and k != DIGIT and j < n and table[ord(text[j])] == LETTER):
         while j < n and table[ord(text[j])] == LETTER:
             j += 1
         return j
     if k == DIGIT:
-        lim = i + max_digits
-        if lim > n:  # not min(): mypyc compiles the builtin generically, boxing both ints
-            lim = n
+        lim = min(n, i + max_digits)
         while j < lim and table[ord(text[j])] == DIGIT:
             j += 1
         return j
@@ -96,7 +97,7 @@ def piece_end(text: str, n: i64, i: i64, table: bytes, max_digits: i64) -> i64:
     j = i
     last: i64 = -1
     while j < n:
-        t = table[ord(text[j])]
+        t: i64 = table[ord(text[j])]
         if t == NEWLINE:
             last = j
         elif t != SPACE:

@@ -78,8 +78,14 @@ def class_table() -> bytes:
 
     Built with the ``regex`` module's own ``\\p{L}``, ``\\p{N}`` and ``\\s`` over all code points
     (surrogates included), so the hand-written splitter sees exactly the classes of the regexes
-    it replaces. ~50 ms, once per process.
+    it replaces. ~50 ms, so it is kept in the user's cache folder under the ``regex`` version
+    (whose Unicode tables it reflects); a file of the wrong size is rebuilt.
     """
+    path = os.path.join(_cache_dir(), "pretok", f"classes-regex-{regex.__version__}")
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        data = f.read()
+        if len(data) == 0x110000:
+            return data
     from lookupdec.tokenizer import _pretok
 
     everything = np.arange(0x110000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
@@ -88,7 +94,9 @@ def class_table() -> bytes:
     for m in regex.finditer(r"(\p{L}+)|(\p{N}+)|([^\S\r\n]+)|([\r\n]+)", everything):
         a, b = m.span()
         table[a:b] = bytes([classes[m.lastindex or 0]]) * (b - a)
-    return bytes(table)
+    data = bytes(table)
+    _write_cache(path, data)
+    return data
 
 
 class PreType:
@@ -254,9 +262,13 @@ def tiktoken_exact(tokens: Sequence[str], types: Sequence[int], merges: Sequence
     return True
 
 
-def _cache_path(key: str) -> str:
+def _cache_dir() -> str:
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "lookupdec", "tiktoken-exact", key)
+    return os.path.join(root, "lookupdec")
+
+
+def _cache_path(key: str) -> str:
+    return os.path.join(_cache_dir(), "tiktoken-exact", key)
 
 
 def _tiktoken_exact_cached(
@@ -272,13 +284,18 @@ def _tiktoken_exact_cached(
             pass
     ok = tiktoken_exact(tokens, types, merges())
     if path is not None:
-        with contextlib.suppress(OSError):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                f.write("1" if ok else "0")
-            os.replace(tmp, path)
+        _write_cache(path, b"1" if ok else b"0")
     return ok
+
+
+def _write_cache(path: str, data: bytes) -> None:
+    """Write a cache file atomically (a reader sees the old file or the whole new one); errors are ignored."""
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
 
 
 _PIECE_CACHE_MAX = 1 << 20
@@ -319,6 +336,8 @@ class BpeModel:
                     self.use_split(_pretok)
         if self._tiktoken is None:
             self._hf = _hf_bpe(tokens, merges(), pre.ignore_merges)
+            if pre.max_digits is not None and _pretok_compiled():
+                class_table()  # now: worker processes forked later inherit it
 
     def _piece_bpe(self) -> Callable[[bytes], list[int]] | None:
         """tiktoken's BPE of one piece (its Rust ``CoreBPE.encode_single_piece``), None if this tiktoken has none.
@@ -331,6 +350,7 @@ class BpeModel:
 
     def use_split(self, module: Any) -> None:
         """Encode with ``module``'s splitter (:mod:`._pretok`, compiled or not) and tiktoken for new pieces."""
+        class_table()  # now: worker processes forked later inherit it
         self._seen = {}
         self._pretok = module
         self.engine = "split+tiktoken"
