@@ -60,8 +60,8 @@ def clear_caches(tok: object) -> None:
     """Empty the per-model piece caches (split+tiktoken, tokenizers engine, SentencePiece segments)."""
     for engine, attr in (("_bpe", "_pieces"), ("_bpe", "_seen"), ("_spm", "_cache")):
         cache = getattr(getattr(tok, engine, None), attr, None)
-        if isinstance(cache, dict):
-            cache.clear()
+        if cache is not None:
+            cache.clear()  # a dict, or split+tiktoken's PieceCache
 
 
 def main() -> None:

@@ -193,3 +193,47 @@ def test_class_table_cache_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         assert path.read_bytes() == expected
     finally:
         class_table.cache_clear()
+
+
+def _piece_hash(piece: str) -> int:
+    """The hash ``_pretok.encode`` gives a piece (FNV-1a on 31 bits, high bits folded)."""
+    h = 0
+    for ch in piece:
+        h = ((h ^ ord(ch)) * 16777619) & 0x7FFFFFFF
+    return h ^ (h >> 15)
+
+
+@needs_vocab
+@pytest.mark.parametrize("impl", ["installed", "interpreted"])
+def test_piece_cache_bounds_growth_and_collisions(impl: str) -> None:
+    """A tiny bound (the cache is emptied mid-text), growth past the first slots, and two pieces of one hash."""
+    module = _pretok if impl == "installed" else _interpreted()
+    tok = _llama3()
+    assert tok._bpe is not None
+    enc = tok._bpe._tiktoken
+    bpe = enc._core_bpe.encode_single_piece
+    table = class_table()
+    # Two different letter pieces with the same hash: each must get its own ids.
+    rng = random.Random(3)
+    seen: dict[int, str] = {}
+    while True:
+        word = " " + "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(7))
+        other = seen.setdefault(_piece_hash(word), word)
+        if other != word:
+            break
+    pair = f"{other}{word}{other}{word}"
+    assert module.split(pair, table, 3) == [other, word, other, word]
+    cache = module.PieceCache()
+    got = np.frombuffer(module.encode(pair, table, 3, cache, bpe, 1 << 20), dtype="<i4").tolist()
+    assert got == enc.encode_ordinary(pair)
+    assert len(cache) == 2
+    # Many distinct pieces (the slots double several times), then a bound of 7 pieces.
+    text = " ".join(f"w{k}x{k * 7919 % 1000003}" for k in range(20_000 if impl == "installed" else 3000))
+    text += _random_text(rng, 3000)
+    expected = enc.encode_ordinary(text)
+    for cache_max in (1 << 20, 7):
+        cache = module.PieceCache()
+        for _ in range(2):  # cold, then warm
+            got = np.frombuffer(module.encode(text, table, 3, cache, bpe, cache_max), dtype="<i4").tolist()
+            assert got == expected
+        assert len(cache) <= cache_max

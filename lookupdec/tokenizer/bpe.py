@@ -318,8 +318,7 @@ class BpeModel:
         self._tiktoken: Any = None
         self._hf: Any = None
         self._pieces: dict[str, list[int]] = {}
-        # split+tiktoken: piece -> its ids as little-endian int32 bytes (see _pretok.encode)
-        self._seen: dict[str, bytes] = {}
+        self._seen: Any = None  # split+tiktoken: the pieces seen so far (a _pretok.PieceCache)
         self._pretok: Any = None  # the module doing split+tiktoken (a test may swap in the interpreted one)
         if pre.ignore_merges and len(pre.regexes) == 1:
             ranks = byte_ranks(tokens, types)
@@ -351,7 +350,7 @@ class BpeModel:
     def use_split(self, module: Any) -> None:
         """Encode with ``module``'s splitter (:mod:`._pretok`, compiled or not) and tiktoken for new pieces."""
         class_table()  # now: worker processes forked later inherit it
-        self._seen = {}
+        self._seen = module.PieceCache()
         self._pretok = module
         self.engine = "split+tiktoken"
 
