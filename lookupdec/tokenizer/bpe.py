@@ -11,14 +11,18 @@ Engines, chosen per vocabulary:
 
 * ``split+tiktoken`` for the Llama 3 pre-tokenizer when tiktoken is exact for the vocabulary
   (next item) and :mod:`lookupdec.tokenizer._pretok` is compiled: the pieces are cut by that
-  module's hand-written Llama 3 splitter, and each piece's ids come from a dict of the pieces
-  seen so far, else from a dict of the tokens (a piece that is a token is emitted whole), else
-  from tiktoken's BPE of that one piece. Measured faster per core than tiktoken's own
-  ``encode_ordinary`` (docs/performance.md), whose cost is mostly its regex (fancy-regex
-  backtracking for ``\\s+(?!\\S)``) and a hash lookup per piece that is as cold as ours, while
-  the splitter is a plain loop over a code-point class table. tiktoken stays the merge engine
-  (well kept, Rust, exact here): only pieces not seen before reach it. Interpreted (no
-  compiler) the splitter is ~50x slower, so then tiktoken runs alone as below.
+  module's hand-written Llama 3 splitter (a loop over a code-point class table, compared with
+  the regex on random and real text by the tests), and each piece's ids come from a table of
+  the pieces seen so far (:class:`~lookupdec.tokenizer._pretok.PieceCache`), else from
+  tiktoken's BPE of that one piece (``CoreBPE.encode_single_piece``: the token if the piece is
+  one, else its merges; what ``encode_ordinary`` does per piece). Why not tiktoken alone:
+  ``perf record`` of its ``encode_ordinary`` puts about two thirds of its time in its regex
+  engines (fancy-regex's backtracking VM, for the ``\\s+(?!\\S)`` lookahead, and
+  regex-automata), 8-9 % in ``byte_pair_encode``; the splitter plus the cache measured 1.6-1.8x
+  its speed per core on English and 2.4-2.7x on C (docs/performance.md). tiktoken stays the
+  merge engine (well kept, Rust, exact here) for the pieces not seen before. Interpreted (no
+  compiler) the splitter runs at about a tenth of tiktoken's speed (1.1 against 13 MB per CPU
+  second on English), so then tiktoken runs alone, as below.
 * ``tiktoken`` (Rust, ~12-20 MB/s here) when the vocabulary has ``ignore_merges`` and passes
   :func:`tiktoken_exact`'s checks. tiktoken merges by the rank of the merged *token* and takes a
   piece that is a token whole, which is llama.cpp's ``ignore_merges`` merge by *pair* rank
