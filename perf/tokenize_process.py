@@ -42,9 +42,9 @@ import numpy as np
 from lookupdec.tokenizer import load_tokenizer
 enc = load_tokenizer(sys.argv[1])._bpe._tiktoken
 text = open(sys.argv[2], encoding="utf-8").read()
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 ids = enc.encode_ordinary(text)
-print(time.perf_counter() - t0)
+print(time.perf_counter() - t0, time.process_time() - c0)
 np.asarray(ids, dtype="<i4").tofile(sys.argv[3])
 """
 
@@ -67,8 +67,8 @@ def make_text(path: Path, mb: float, kind: str = "english") -> int:
     return len(out)
 
 
-def run_ours(text: Path, out: Path, workers: int | None) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KB) of one ``lookupdec tokenize`` process."""
+def run_ours(text: Path, out: Path, workers: int | None) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds (user + sys, its workers included) and peak RSS (KB) of one ``lookupdec tokenize``."""
     cmd = [sys.executable, "-m", "lookupdec", "tokenize", str(text), "--tokenizer", str(VOCAB), "-o", str(out), "-q"]
     if workers is not None:
         cmd += ["--workers", str(workers)]
@@ -79,15 +79,17 @@ def run_ours(text: Path, out: Path, workers: int | None) -> tuple[float, int]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"tokenize_process: lookupdec tokenize exited {proc.returncode}")
-    return wall, usage.ru_maxrss
+    # wait4's usage counts the children the process waited for: the pool's workers.
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
 
 
-def run_baseline(text: Path, out: Path) -> float:
-    """Seconds of tiktoken's ``encode_ordinary`` call alone, in its own process."""
+def run_baseline(text: Path, out: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of tiktoken's ``encode_ordinary`` call alone, in its own process."""
     done = subprocess.run(
         [sys.executable, "-c", BASELINE, str(VOCAB), str(text), str(out)], check=True, capture_output=True, text=True
     )
-    return float(done.stdout.strip())
+    wall, cpu = done.stdout.split()
+    return float(wall), float(cpu)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,22 +113,24 @@ def main(argv: list[str] | None = None) -> int:
         ours_ids, their_ids = work / "ours.i32", work / "tiktoken.i32"
         print(f"text: {text} ({mb:.1f} MB); {workers} workers; load average {os.getloadavg()[0]:.2f}")
         print(
-            f"{'round':>5} {'lookupdec s':>12} {'MB/s':>7} {'peak MB':>8} {'tiktoken s':>11} {'MB/s':>7} {'ratio':>6}"
+            f"{'round':>5} {'lookupdec s':>12} {'MB/s':>7} {'CPU s':>6} {'peak MB':>8} "
+            f"{'tiktoken s':>11} {'MB/s':>7} {'CPU s':>6} {'ratio':>6}"
         )
-        ratios, ours_s, theirs_s = [], [], []
+        ratios, ours_s, theirs_s, cpu_ratios = [], [], [], []
         for r in range(args.repeat):
             # Alternate which goes first, so neither always runs on a warmer page cache.
             if r % 2 == 0:
-                wall, rss = run_ours(text, ours_ids, args.workers)
-                base = run_baseline(text, their_ids)
+                wall, cpu, rss = run_ours(text, ours_ids, args.workers)
+                base, base_cpu = run_baseline(text, their_ids)
             else:
-                base = run_baseline(text, their_ids)
-                wall, rss = run_ours(text, ours_ids, args.workers)
+                base, base_cpu = run_baseline(text, their_ids)
+                wall, cpu, rss = run_ours(text, ours_ids, args.workers)
             ours_s.append(wall)
             theirs_s.append(base)
             ratios.append(base / wall)
-            row = f"{r + 1:>5} {wall:12.2f} {mb / wall:7.2f} {rss / 1024:8.0f} {base:11.2f} {mb / base:7.2f}"
-            print(f"{row} {base / wall:6.2f}")
+            cpu_ratios.append(base_cpu / cpu)
+            row = f"{r + 1:>5} {wall:12.2f} {mb / wall:7.2f} {cpu:6.2f} {rss / 1024:8.0f} {base:11.2f} {mb / base:7.2f}"
+            print(f"{row} {base_cpu:6.2f} {base / wall:6.2f}")
         ours_bytes, their_bytes = ours_ids.read_bytes(), their_ids.read_bytes()
         # lookupdec adds the vocabulary's BOS (one int32) before the ids, as llama.cpp does.
         same = ours_bytes[4:] == their_bytes
@@ -134,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
             f"median: lookupdec {statistics.median(ours_s):.2f} s, tiktoken {statistics.median(theirs_s):.2f} s, "
             f"ratio {statistics.median(ratios):.2f}x on {workers} workers (goal >= 2x on 2), "
             f"{statistics.median(ratios) / workers:.2f}x per worker; ids equal after BOS: {'yes' if same else 'NO'}"
+        )
+        print(
+            f"CPU: tiktoken's encode call / the whole lookupdec process (start, load, workers, writing), "
+            f"median {statistics.median(cpu_ratios):.2f}x (what a process gets per CPU second, whatever else runs)"
         )
         print(f"load average at the end {os.getloadavg()[0]:.2f}")
     return 0
