@@ -76,25 +76,42 @@ def _texts(seed: int, count: int) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize(("pre", "digits"), [("llama3", 3), ("qwen2", 1)])
+# pre-tokenizer type -> its hand-written split (max digits for Llama 3 / Qwen2, digits apart for GPT-2 / SmolLM)
+SPLITTERS = [("llama3", 3), ("qwen2", 1), ("gpt-2", False), ("smollm", True)]
+
+
+def _split(module: ModuleType, text: str, table: bytes, how: int | bool) -> list[str]:
+    if isinstance(how, bool):
+        result: list[str] = module.split_gpt2(text, table, how)
+    else:
+        result = module.split(text, table, how)
+    return result
+
+
+@pytest.mark.parametrize(("pre", "how"), SPLITTERS)
 @pytest.mark.parametrize("impl", ["installed", "interpreted"])
-def test_split_equals_regex_on_random_text(pre: str, digits: int, impl: str) -> None:
+def test_split_equals_regex_on_random_text(pre: str, how: int | bool, impl: str) -> None:
     module = _pretok if impl == "installed" else _interpreted()
     table = class_table()
     ref = pre_type(pre)
-    for text in _texts(seed=digits + (10 if impl == "installed" else 20), count=3000 if impl == "installed" else 600):
-        assert module.split(text, table, digits) == ref.split(text), repr(text)
+    seed = SPLITTERS.index((pre, how)) + (10 if impl == "installed" else 20)
+    for text in _texts(seed=seed, count=3000 if impl == "installed" else 600):
+        assert _split(module, text, table, how) == ref.split(text), repr(text)
 
 
-@pytest.mark.parametrize(("pre", "digits"), [("llama3", 3), ("qwen2", 1)])
-def test_split_equals_regex_on_every_code_point(pre: str, digits: int) -> None:
-    """Every code point next to another, and between a quote, a digit, a newline, a space, a letter."""
+@pytest.mark.parametrize(("pre", "how"), [("llama3", 3), ("gpt-2", False)])
+def test_split_equals_regex_on_every_code_point(pre: str, how: int | bool) -> None:
+    """Every code point next to another, and between a quote, a digit, a newline, a space, a letter.
+
+    (Qwen2's splitter is Llama 3's with another digit count, SmolLM's GPT-2's after cutting at
+    digits: the random texts cover what differs, at a fraction of this test's time.)
+    """
     table = class_table()
     ref = pre_type(pre)
     everything = np.arange(0x110000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
     for sep in ("", " a", "'1\n"):
         text = sep.join(everything[k : k + 2] for k in range(0, 0x110000, 2)) if sep else everything
-        assert _pretok.split(text, table, digits) == ref.split(text), repr(sep)
+        assert _split(_pretok, text, table, how) == ref.split(text), repr(sep)
 
 
 def _shared_texts() -> list[str]:
@@ -110,15 +127,15 @@ def _shared_texts() -> list[str]:
 
 
 @needs_vocab
-@pytest.mark.parametrize(("pre", "digits"), [("llama3", 3), ("qwen2", 1)])
-def test_split_equals_regex_on_shared_texts(pre: str, digits: int) -> None:
+@pytest.mark.parametrize(("pre", "how"), SPLITTERS)
+def test_split_equals_regex_on_shared_texts(pre: str, how: int | bool) -> None:
     table = class_table()
     ref = pre_type(pre)
     for text in _shared_texts():
-        assert _pretok.split(text, table, digits) == ref.split(text)
+        assert _split(_pretok, text, table, how) == ref.split(text)
         # and with Windows line ends
         crlf = text.replace("\n", "\r\n")
-        assert _pretok.split(crlf, table, digits) == ref.split(crlf)
+        assert _split(_pretok, crlf, table, how) == ref.split(crlf)
 
 
 @cache

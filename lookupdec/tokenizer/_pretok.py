@@ -47,6 +47,7 @@ from librt.strings import BytesWriter, write_i32_le
 from librt.vecs import append, extend, vec
 from mypy_extensions import i32, i64
 
+# The classes of the table (the GPT-2 splitter relies on the order: whitespace classes last).
 OTHER: Final = 0
 """Class of a character that is not a letter, a digit or whitespace."""
 LETTER: Final = 1
@@ -121,6 +122,73 @@ def split(text: str, table: bytes, max_digits: i64) -> list[str]:
         e = piece_end(text, n, i, table, max_digits)
         out.append(text[i:e])
         i = e
+    return out
+
+
+def piece_end_gpt2(text: str, n: i64, i: i64, table: bytes) -> i64:
+    """End of the piece starting at ``i`` for GPT-2's regex (``n``: the end of the text, ``i < n``).
+
+    ``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)`` with llama.cpp's gap
+    rule (the text between two matches is a piece too): the contractions in lower case only;
+    a letter, digit or "other" run after one optional space; a whitespace run but its last
+    character when a non-space follows, all of it at the end. Where nothing matches (one
+    whitespace character before a non-space that the optional space did not take) the next
+    character matches, so the gap is that one character.
+    """
+    c: i64 = ord(text[i])
+    if c == _QUOTE and i + 1 < n:
+        d: i64 = ord(text[i + 1])
+        if d == 115 or d == 116 or d == 109 or d == 100:  # s t m d
+            return i + 2
+        if i + 2 < n:
+            e: i64 = ord(text[i + 2])
+            if (e == 101 and (d == 114 or d == 118)) or (d == 108 and e == 108):  # re ve ll
+                return i + 3
+    k: i64 = table[c]
+    j: i64 = i + 1
+    if c == _BLANK and j < n:
+        k2: i64 = table[ord(text[j])]
+        if k2 < SPACE:  # a letter, a digit or "other" (the classes below SPACE)
+            k = k2
+            j += 1
+    if k < SPACE:
+        while j < n and table[ord(text[j])] == k:
+            j += 1
+        return j
+    j = i + 1
+    while j < n:
+        t: i64 = table[ord(text[j])]
+        if t != SPACE and t != NEWLINE:
+            break
+        j += 1
+    if j == n or j == i + 1:
+        return j  # at the end of the text, or the gap of one character
+    return j - 1
+
+
+def split_gpt2(text: str, table: bytes, digits_apart: bool) -> list[str]:
+    """The pieces of GPT-2's regex (``digits_apart``: SmolLM's, which first makes every ``\\p{N}`` a piece).
+
+    SmolLM's second regex runs on each piece of the first as on a text of its own, so its
+    lookahead sees the end of the piece as the end of the text: ``n`` is that end.
+    """
+    n = i64(len(text))
+    out: list[str] = []
+    i: i64 = 0
+    while i < n:
+        end = n
+        if digits_apart:
+            if table[ord(text[i])] == DIGIT:
+                out.append(text[i : i + 1])
+                i += 1
+                continue
+            end = i + 1
+            while end < n and table[ord(text[end])] != DIGIT:
+                end += 1
+        while i < end:
+            e = piece_end_gpt2(text, end, i, table)
+            out.append(text[i:e])
+            i = e
     return out
 
 

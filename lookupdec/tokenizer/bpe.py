@@ -34,8 +34,9 @@ Engines, chosen per vocabulary:
   and has the ``ignore_merges`` switch. Its own pre-tokenizers use Oniguruma regexes and
   behaviours that differ from llama.cpp's in places (gaps between matches, ``\\s``), so the
   pieces are cut here with the ``regex`` module (llama.cpp's regexes, its gap rule) and given
-  to it pre-split (``is_pretokenized``); the Qwen2 regex (Llama 3's with single digits)
-  is cut by the compiled splitter too. 2-5x slower than tiktoken; exact.
+  to it pre-split (``is_pretokenized``); the Qwen2 (Llama 3's with single digits), GPT-2 and
+  SmolLM regexes are cut by :mod:`._pretok`'s hand-written splitters when compiled. 2-5x slower
+  than tiktoken; exact.
 """
 
 from __future__ import annotations
@@ -115,13 +116,23 @@ class PreType:
         digits: dict[tuple[str, ...], int] = {(_LLAMA3,): 3, (_QWEN2,): 1}
         self.max_digits: int | None = digits.get(regexes)
         """Digits per piece when the regex is Llama 3's or Qwen2's (:mod:`._pretok` can cut it), else None."""
+        gpt2: dict[tuple[str, ...], bool] = {(_GPT2,): False, (r"\p{N}", _GPT2): True}
+        self.gpt2_digits_apart: bool | None = gpt2.get(regexes)
+        """For GPT-2's regex (:mod:`._pretok` can cut it): whether every digit is a piece first (SmolLM)."""
+
+    @property
+    def hand_written(self) -> bool:
+        """Whether :mod:`lookupdec.tokenizer._pretok` has a splitter for this type."""
+        return self.max_digits is not None or self.gpt2_digits_apart is not None
 
     def pieces(self, text: str) -> list[str]:
         """:meth:`split`, by the compiled hand-written splitter when there is one for this type."""
-        if self.max_digits is not None and _pretok_compiled():
+        if self.hand_written and _pretok_compiled():
             from lookupdec.tokenizer import _pretok
 
-            return _pretok.split(text, class_table(), self.max_digits)
+            if self.max_digits is not None:
+                return _pretok.split(text, class_table(), self.max_digits)
+            return _pretok.split_gpt2(text, class_table(), bool(self.gpt2_digits_apart))
         return self.split(text)
 
     def split(self, text: str) -> list[str]:
@@ -339,7 +350,7 @@ class BpeModel:
                     self.use_split(_pretok)
         if self._tiktoken is None:
             self._hf = _hf_bpe(tokens, merges(), pre.ignore_merges)
-            if pre.max_digits is not None and _pretok_compiled():
+            if pre.hand_written and _pretok_compiled():
                 class_table()  # now: worker processes forked later inherit it
 
     def _piece_bpe(self) -> Callable[[bytes], list[int]] | None:
