@@ -27,6 +27,7 @@ HOT_MODULES = [
     "lookupdec/fast/_request.py",
     "lookupdec/fast/_rows.py",
     "lookupdec/build/_probe.py",
+    "lookupdec/tokenizer/_pretok.py",
 ]
 # Plain C, built with the mypyc modules (and skipped with them): the thread that maps an index's
 # pages in without the GIL (lookupdec/fast/_prefetch.c; _mapbytes falls back to a Python thread).

@@ -23,6 +23,7 @@ HOT_MODULES = (
     "lookupdec.fast._rows",
     "lookupdec.fast._corpus",
     "lookupdec.build._probe",
+    "lookupdec.tokenizer._pretok",
 )
 EXTENSION_SUFFIXES = (".so", ".pyd")
 

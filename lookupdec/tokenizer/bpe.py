@@ -9,8 +9,22 @@ alphabet and merged by merge rank (``llm_tokenizer_bpe_session``); with ``ignore
 
 Engines, chosen per vocabulary:
 
-* ``tiktoken`` (Rust, ~20 MB/s here) when the vocabulary has ``ignore_merges`` and passes
-  :func:`tiktoken_ranks`'s checks. tiktoken merges by the rank of the merged *token* and takes a
+* ``split+tiktoken`` for the Llama 3 pre-tokenizer when tiktoken is exact for the vocabulary
+  (next item) and :mod:`lookupdec.tokenizer._pretok` is compiled: the pieces are cut by that
+  module's hand-written Llama 3 splitter (a loop over a code-point class table, compared with
+  the regex on random and real text by the tests), and each piece's ids come from a table of
+  the pieces seen so far (:class:`~lookupdec.tokenizer._pretok.PieceCache`), else from
+  tiktoken's BPE of that one piece (``CoreBPE.encode_single_piece``: the token if the piece is
+  one, else its merges; what ``encode_ordinary`` does per piece). Why not tiktoken alone:
+  ``perf record`` of its ``encode_ordinary`` puts about two thirds of its time in its regex
+  engines (fancy-regex's backtracking VM, for the ``\\s+(?!\\S)`` lookahead, and
+  regex-automata), 8-9 % in ``byte_pair_encode``; the splitter plus the cache measured 1.6-1.8x
+  its speed per core on English and 2.4-2.7x on C (docs/performance.md). tiktoken stays the
+  merge engine (well kept, Rust, exact here) for the pieces not seen before. Interpreted (no
+  compiler) the splitter runs at about a tenth of tiktoken's speed (1.1 against 13 MB per CPU
+  second on English), so then tiktoken runs alone, as below.
+* ``tiktoken`` (Rust, ~12-20 MB/s here) when the vocabulary has ``ignore_merges`` and passes
+  :func:`tiktoken_exact`'s checks. tiktoken merges by the rank of the merged *token* and takes a
   piece that is a token whole, which is llama.cpp's ``ignore_merges`` merge by *pair* rank
   exactly when the merge list is sorted by the id of the merged token and every split of a
   token into two tokens is a merge (true of vocabularies converted from tiktoken, like Llama 3).
@@ -20,7 +34,9 @@ Engines, chosen per vocabulary:
   and has the ``ignore_merges`` switch. Its own pre-tokenizers use Oniguruma regexes and
   behaviours that differ from llama.cpp's in places (gaps between matches, ``\\s``), so the
   pieces are cut here with the ``regex`` module (llama.cpp's regexes, its gap rule) and given
-  to it pre-split (``is_pretokenized``). 2-5x slower than tiktoken; exact.
+  to it pre-split (``is_pretokenized``); the Qwen2 (Llama 3's with single digits), GPT-2 and
+  SmolLM regexes are cut by :mod:`._pretok`'s hand-written splitters when compiled. 2-5x slower
+  than tiktoken; exact.
 """
 
 from __future__ import annotations
@@ -55,6 +71,39 @@ _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
 _DEEPSEEK_CODER = (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", r"[一-龥ࠀ-一가-퟿]+", r"\p{N}")
 
 
+def _pretok_compiled() -> bool:
+    from lookupdec.tokenizer import _pretok
+
+    return (_pretok.__file__ or "").endswith((".so", ".pyd"))
+
+
+@cache
+def class_table() -> bytes:
+    """The class of every code point for :mod:`lookupdec.tokenizer._pretok` (one byte each, 0x110000 bytes).
+
+    Built with the ``regex`` module's own ``\\p{L}``, ``\\p{N}`` and ``\\s`` over all code points
+    (surrogates included), so the hand-written splitter sees exactly the classes of the regexes
+    it replaces. ~50 ms, so it is kept in the user's cache folder under the ``regex`` version
+    (whose Unicode tables it reflects); a file of the wrong size is rebuilt.
+    """
+    path = os.path.join(_cache_dir(), "pretok", f"classes-regex-{regex.__version__}")
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        data = f.read()
+        if len(data) == 0x110000:
+            return data
+    from lookupdec.tokenizer import _pretok
+
+    everything = np.arange(0x110000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    table = bytearray(0x110000)  # OTHER (0) unless set below
+    classes = (0, _pretok.LETTER, _pretok.DIGIT, _pretok.SPACE, _pretok.NEWLINE)
+    for m in regex.finditer(r"(\p{L}+)|(\p{N}+)|([^\S\r\n]+)|([\r\n]+)", everything):
+        a, b = m.span()
+        table[a:b] = bytes([classes[m.lastindex or 0]]) * (b - a)
+    data = bytes(table)
+    _write_cache(path, data)
+    return data
+
+
 class PreType:
     """One llama.cpp pre-tokenizer type: its regexes and flags."""
 
@@ -64,6 +113,27 @@ class PreType:
         self.ignore_merges = ignore_merges
         self.add_bos = add_bos  # llama.cpp's default when the GGUF has no add_bos_token key
         self.compiled = [regex.compile(r) for r in regexes]
+        digits: dict[tuple[str, ...], int] = {(_LLAMA3,): 3, (_QWEN2,): 1}
+        self.max_digits: int | None = digits.get(regexes)
+        """Digits per piece when the regex is Llama 3's or Qwen2's (:mod:`._pretok` can cut it), else None."""
+        gpt2: dict[tuple[str, ...], bool] = {(_GPT2,): False, (r"\p{N}", _GPT2): True}
+        self.gpt2_digits_apart: bool | None = gpt2.get(regexes)
+        """For GPT-2's regex (:mod:`._pretok` can cut it): whether every digit is a piece first (SmolLM)."""
+
+    @property
+    def hand_written(self) -> bool:
+        """Whether :mod:`lookupdec.tokenizer._pretok` has a splitter for this type."""
+        return self.max_digits is not None or self.gpt2_digits_apart is not None
+
+    def pieces(self, text: str) -> list[str]:
+        """:meth:`split`, by the compiled hand-written splitter when there is one for this type."""
+        if self.hand_written and _pretok_compiled():
+            from lookupdec.tokenizer import _pretok
+
+            if self.max_digits is not None:
+                return _pretok.split(text, class_table(), self.max_digits)
+            return _pretok.split_gpt2(text, class_table(), bool(self.gpt2_digits_apart))
+        return self.split(text)
 
     def split(self, text: str) -> list[str]:
         """The pieces of ``text``, as llama.cpp's ``unicode_regex_split`` cuts them (before byte mapping)."""
@@ -207,9 +277,13 @@ def tiktoken_exact(tokens: Sequence[str], types: Sequence[int], merges: Sequence
     return True
 
 
-def _cache_path(key: str) -> str:
+def _cache_dir() -> str:
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "lookupdec", "tiktoken-exact", key)
+    return os.path.join(root, "lookupdec")
+
+
+def _cache_path(key: str) -> str:
+    return os.path.join(_cache_dir(), "tiktoken-exact", key)
 
 
 def _tiktoken_exact_cached(
@@ -225,13 +299,18 @@ def _tiktoken_exact_cached(
             pass
     ok = tiktoken_exact(tokens, types, merges())
     if path is not None:
-        with contextlib.suppress(OSError):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                f.write("1" if ok else "0")
-            os.replace(tmp, path)
+        _write_cache(path, b"1" if ok else b"0")
     return ok
+
+
+def _write_cache(path: str, data: bytes) -> None:
+    """Write a cache file atomically (a reader sees the old file or the whole new one); errors are ignored."""
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
 
 
 _PIECE_CACHE_MAX = 1 << 20
@@ -254,6 +333,8 @@ class BpeModel:
         self._tiktoken: Any = None
         self._hf: Any = None
         self._pieces: dict[str, list[int]] = {}
+        self._seen: Any = None  # split+tiktoken: the pieces seen so far (a _pretok.PieceCache)
+        self._pretok: Any = None  # the module doing split+tiktoken (a test may swap in the interpreted one)
         if pre.ignore_merges and len(pre.regexes) == 1:
             ranks = byte_ranks(tokens, types)
             if ranks is not None and _tiktoken_exact_cached(cache_key, tokens, types, merges):
@@ -263,18 +344,50 @@ class BpeModel:
                     name=f"lookupdec-{pre.name}", pat_str=pre.regexes[0], mergeable_ranks=ranks, special_tokens={}
                 )
                 self.engine = "tiktoken"
+                if pre.max_digits == 3 and _pretok_compiled() and self._piece_bpe() is not None:
+                    from lookupdec.tokenizer import _pretok
+
+                    self.use_split(_pretok)
         if self._tiktoken is None:
             self._hf = _hf_bpe(tokens, merges(), pre.ignore_merges)
+            if pre.hand_written and _pretok_compiled():
+                class_table()  # now: worker processes forked later inherit it
+
+    def _piece_bpe(self) -> Callable[[bytes], list[int]] | None:
+        """tiktoken's BPE of one piece (its Rust ``CoreBPE.encode_single_piece``), None if this tiktoken has none.
+
+        The piece's token if it is one, else its byte-pair merge: what ``encode_ordinary`` does
+        to each piece its regex cuts. A private attribute (the public Python wrapper,
+        ``Encoding._encode_single_piece``, is private too and only adds a frame), hence the check.
+        """
+        return getattr(getattr(self._tiktoken, "_core_bpe", None), "encode_single_piece", None)
+
+    def use_split(self, module: Any) -> None:
+        """Encode with ``module``'s splitter (:mod:`._pretok`, compiled or not) and tiktoken for new pieces."""
+        class_table()  # now: worker processes forked later inherit it
+        self._seen = module.PieceCache()
+        self._pretok = module
+        self.engine = "split+tiktoken"
 
     def encode(self, text: str) -> npt.NDArray[np.int32]:
         """The ids of one raw fragment."""
         if not text:
             return np.zeros(0, dtype=np.int32)
+        if self._pretok is not None:
+            table, mod, bpe = class_table(), self._pretok, self._piece_bpe()
+            try:
+                data = mod.encode(text, table, 3, self._seen, bpe, _PIECE_CACHE_MAX)
+            except UnicodeEncodeError:
+                # A lone surrogate: tiktoken's encode_ordinary replaces it (a pair becomes its
+                # character) and encodes that text; so do we, ids as before this engine.
+                text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+                data = mod.encode(text, table, 3, self._seen, bpe, _PIECE_CACHE_MAX)
+            return np.frombuffer(data, dtype="<i4").astype(np.int32)
         if self._tiktoken is not None:
             # encode_ordinary + one numpy conversion: measured faster than tiktoken's
             # encode_to_numpy, which goes through the special-token-aware encode (~40% slower).
             return np.asarray(self._tiktoken.encode_ordinary(text), dtype=np.int32)
-        pieces = self.pre.split(text)
+        pieces = self.pre.pieces(text)
         cache = self._pieces
         # BPE of a piece does not depend on its neighbours: each distinct new piece goes to
         # tokenizers once (one call for all of them; word_ids says which ids are whose), and
