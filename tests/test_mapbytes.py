@@ -274,8 +274,8 @@ def test_prefetch_maps_the_file_while_the_gil_is_held(tmp_path: Path) -> None:
     # of a second; the file is dropped from the page cache first, so mapping it all means
     # reading it. The Python thread (an interpreted install) must be inside its madvise call by
     # the time prefetch returns: done by the end of one sort. The native thread never takes the
-    # GIL but runs only on an idle CPU (SCHED_IDLE): it must finish while sorts go on, whenever
-    # the machine lets it (prefetched() is a C call: the GIL is held throughout the loop).
+    # GIL: it must finish while sorts go on, however busy the machine (prefetched() is a C
+    # call: the GIL is held throughout the loop).
     size = 32 << 20
     path = tmp_path / "f.bin"
     mb = _map_populatable(path, size)

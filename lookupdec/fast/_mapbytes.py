@@ -165,9 +165,8 @@ class MappedBytes:
 
         The calls are made by a native thread that never takes the GIL (the C module
         ``_prefetch``, built with the compiled modules): starting it costs one ``clone``, and
-        it runs while a compiled replay holds the GIL. It runs at idle priority (``SCHED_IDLE``:
-        only on a CPU nothing else wants, so it never slows drafting down on a busy machine),
-        works in 4 MiB chunks, and :meth:`close` stops it after the chunk in progress. Without that module (an
+        it runs while a compiled replay holds the GIL. It works in 4 MiB chunks, and
+        :meth:`close` stops it after the chunk in progress. Without that module (an
         interpreted install) a Python thread makes one ``madvise`` over the whole file; its
         start is waited for (it needs the GIL until ctypes releases it, and a compiled replay
         would hold the GIL throughout). Where the advice is refused (an older kernel) either
