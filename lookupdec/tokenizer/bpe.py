@@ -71,6 +71,7 @@ _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
 _DEEPSEEK_CODER = (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", r"[一-龥ࠀ-一가-퟿]+", r"\p{N}")
 
 
+@cache  # asked once per fragment by PreType.pieces: the answer never changes in a process
 def _pretok_compiled() -> bool:
     from lookupdec.tokenizer import _pretok
 
