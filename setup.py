@@ -19,11 +19,18 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HOT_MODULES = [
-    "lookupdec/fast/_core.py",
+    "lookupdec/fast/_tables.py",
+    "lookupdec/fast/_source.py",
+    "lookupdec/fast/_cache.py",
+    "lookupdec/fast/_merge.py",
+    "lookupdec/fast/_draft.py",
+    "lookupdec/fast/_replay.py",
+    "lookupdec/fast/_history.py",
+    "lookupdec/fast/_tree.py",
+    "lookupdec/fast/_hybrid.py",
     "lookupdec/fast/_index.py",
     "lookupdec/fast/_legacy.py",
     "lookupdec/fast/_corpus.py",
-    "lookupdec/fast/_hybrid.py",
     "lookupdec/fast/_request.py",
     "lookupdec/fast/_rows.py",
     "lookupdec/build/_probe.py",
@@ -41,7 +48,7 @@ def _remove_stale_builds() -> None:
     """Delete compiled hot modules left by an earlier in-place build.
 
     An extension module wins over the .py file next to it, so after a failed rebuild an old
-    ``_core.*.so`` would silently run instead of the edited source.
+    ``_cache.*.so`` would silently run instead of the edited source.
     """
     root = os.path.dirname(os.path.abspath(__file__))
     patterns = [os.path.join(root, "lookupdec__mypyc.*")]

@@ -31,7 +31,7 @@ EXT = re.compile(r"\.(so|pyd)$")
 WHEEL_ALLOWED = re.compile(r"^(lookupdec/|lookupdec__mypyc\.[^/]+\.(so|pyd)$|lookupdec-[^/]+\.dist-info/)")
 # Top-level folders only: ``lookupdec/build/`` is a subpackage (bounded-memory create), not build output.
 WHEEL_FORBIDDEN = re.compile(r"(\.c|\.o|\.h)$|^(build|tests|perf|build_backend|\.ci)/|\.egg-info/")
-SDIST_REQUIRED = ("setup.py", "pyproject.toml", "build_backend/lookupdec_build.py", "lookupdec/fast/_core.py")
+SDIST_REQUIRED = ("setup.py", "pyproject.toml", "build_backend/lookupdec_build.py", "lookupdec/fast/_cache.py")
 SDIST_FORBIDDEN = re.compile(r"\.(so|pyd|o)$|^(build|dist|\.venv|results|\.git)/|(^|/)__pycache__/")
 REPO = Path(__file__).resolve().parents[1]
 

@@ -32,9 +32,8 @@ from typing import Any, ClassVar, Protocol, cast
 from lookupdec._shared_file import merge_into_file
 from lookupdec.errors import RequestClosedError, VocabularyError
 from lookupdec.result import common_prefix, tree_nodes
+from lookupdec.rules import INT32_MAX, check_policy
 
-INT32_MAX = 2**31 - 1
-POLICIES = ("llama", "hybrid")
 """Drafting policies a Drafter accepts: ``"llama"`` is llama.cpp's ``common_ngram_cache_draft``
 (the default, exact); ``"hybrid"`` is llama.cpp's drafts continued by a suffix match (README,
 "The hybrid policy")."""
@@ -182,8 +181,7 @@ class Drafter:
     ) -> None:
         if not hasattr(type(self), "primitives"):
             raise TypeError("use the Drafter of an implementation: lookupdec.Drafter, lookupdec.fast.Drafter, ...")
-        if policy not in POLICIES:
-            raise ValueError(f"unknown drafting policy {policy!r}: choose one of {', '.join(map(repr, POLICIES))}")
+        check_policy(policy)
         n_draft = operator.index(n_draft)
         if n_draft < 0:
             raise ValueError(f"n_draft must be >= 0, got {n_draft}")

@@ -67,15 +67,6 @@ class ReplayResult:
         return d
 
 
-def check_branches(branches: int, policy: str) -> None:
-    """Raise ValueError unless ``branches`` >= 1, and 1 unless ``policy`` is ``"hybrid"`` (the
-    only policy with tree drafts)."""
-    if branches < 1:
-        raise ValueError(f"branches must be >= 1, got {branches}")
-    if branches > 1 and policy != "hybrid":
-        raise ValueError(f"tree drafts (branches={branches}) need policy='hybrid', not {policy!r}")
-
-
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """How many first tokens ``a`` and ``b`` share."""
     n = 0

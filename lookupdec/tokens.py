@@ -26,12 +26,11 @@ import numpy.typing as npt
 from lookupdec._rawids import TOKEN_SUFFIXES as TOKEN_SUFFIXES  # re-exported: its home before _rawids
 from lookupdec._rawids import check_raw_size
 from lookupdec.errors import TokenFileError
+from lookupdec.rules import INT32_MAX as INT32_MAX  # re-exported: callers read them here
+from lookupdec.rules import INT32_MIN as INT32_MIN
 
 TokenArray = npt.NDArray[np.int32]
 """A one-dimensional array of token ids."""
-
-INT32_MIN = -(2**31)
-INT32_MAX = 2**31 - 1
 
 
 _BOS_NAMES = ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>", "<|endoftext|>")

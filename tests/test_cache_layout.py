@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from lookupdec import reference
 from lookupdec.errors import CountSaturationWarning
-from lookupdec.fast import _core
+from lookupdec.fast import _cache, _tables
 from tests.conftest import fast_impl
 
 fast = fast_impl()
@@ -54,10 +54,10 @@ def check_pair_table(c: Any) -> None:
     held = sorted(n for n in c._pslots if n >= 0)
     want = []
     for kid in range(len(c)):
-        total = _core.get_count(c._sum, c._wsum, kid)
+        total = _tables.get_count(c._sum, c._wsum, kid)
         node = c._head[kid]
         while node >= 0:
-            if total > _core.SCAN_MAX:
+            if total > _cache.SCAN_MAX:
                 want.append(node)
             node = c._nnext[node]
     assert held == sorted(want)
@@ -203,7 +203,7 @@ def test_keys_crossing_the_scan_limit(a: list[int], b: list[int], sizes: tuple[i
 @pytest.mark.parametrize("blocks, extra", [(0, 0), (0, 1), (0, 3), (1, -1), (1, 0), (1, 1), (2, 0), (2, 1809)])
 def test_filled_i32_has_n_copies(blocks: int, extra: int) -> None:
     # The block copies of filled_i32 (every hash table's fill) at the edges of a block.
-    from lookupdec.fast._legacy import FILL_BLOCK, filled_i32
+    from lookupdec.fast._tables import FILL_BLOCK, filled_i32
 
     n = blocks * FILL_BLOCK + extra
     v = filled_i32(n, -7)

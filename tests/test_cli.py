@@ -687,7 +687,7 @@ def test_error_impl_not_available(
 
     def no_fast(name: str) -> Any:
         if name == "fast":
-            raise ImportError("No module named 'lookupdec.fast._core'")
+            raise ImportError("No module named 'lookupdec.fast._cache'")
         return real(name)
 
     monkeypatch.setattr(lookupdec, "implementation", no_fast)

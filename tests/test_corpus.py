@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import lookupdec.reference as ref
 from lookupdec.errors import CacheFormatError, VocabularyError
 from lookupdec.formats.corpus import read_corpus_header, read_corpus_ids
-from lookupdec.reference.hybrid import CORPUS_BASE
+from lookupdec.reference.history import CORPUS_BASE
 from tests.conftest import DATA, fast_impl
 from tests.test_cli import assert_clean_error, run, write_bin
 from tests.test_hybrid import demo, lockstep
@@ -39,7 +39,7 @@ def corpus_file(tmp_path: Path, ids: list[int], name: str = "c.lkcorpus", versio
         fast_impl().CorpusIndex.from_tokens(ids, **kw).save(path)
     else:
         fast = fast_impl()
-        path.write_bytes(fast._corpus.corpus_bytes(fast._core.to_vec(ids), version=version, **kw))
+        path.write_bytes(fast._corpus.corpus_bytes(fast._cache.to_vec(ids), version=version, **kw))
     return path
 
 
@@ -564,7 +564,7 @@ def test_version_2_file_opens_and_verifies() -> None:
             assert (c.version, c.tokens(), c.vocab_size, c.vocab_fingerprint) == (2, V2_IDS, 10, b"v2-file!")
             c.verify()
     # this tree's version 2 writer gives that file's bytes; version 3 adds the trigram section
-    assert fast._corpus.corpus_bytes(fast._core.to_vec(V2_IDS), 10, b"v2-file!", 2) == V2_FILE.read_bytes()
+    assert fast._corpus.corpus_bytes(fast._cache.to_vec(V2_IDS), 10, b"v2-file!", 2) == V2_FILE.read_bytes()
     v3 = fast.CorpusIndex.from_tokens(V2_IDS, 10, b"v2-file!").to_bytes()
     assert v3[96 : V2_FILE.stat().st_size] == V2_FILE.read_bytes()[96:]
     assert len(v3) == V2_FILE.stat().st_size + 8 * read_corpus_header(V2_FILE).n_entries

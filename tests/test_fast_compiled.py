@@ -6,25 +6,28 @@ A silent fallback to the interpreted modules would still pass every behavioural 
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import require_compiled
 
-HOT_MODULES = (
-    "lookupdec.fast._core",
-    "lookupdec.fast._index",
-    "lookupdec.fast._hybrid",
-    "lookupdec.fast._legacy",
-    "lookupdec.fast._request",
-    "lookupdec.fast._rows",
-    "lookupdec.fast._corpus",
-    "lookupdec.build._probe",
-    "lookupdec.tokenizer._pretok",
-)
+
+def _setup_hot_modules() -> tuple[str, ...]:
+    """setup.py's HOT_MODULES (what the build compiles) as module names: the one list of them."""
+    tree = ast.parse((Path(__file__).parents[1] / "setup.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "HOT_MODULES":
+            paths: list[str] = ast.literal_eval(node.value)
+            return tuple(p.removesuffix(".py").replace("/", ".") for p in paths)
+    raise AssertionError("setup.py has no HOT_MODULES list")
+
+
+HOT_MODULES = _setup_hot_modules()
 EXTENSION_SUFFIXES = (".so", ".pyd")
 
 pytestmark = pytest.mark.skipif(
@@ -65,3 +68,11 @@ def test_native_classes_are_compiled() -> None:
     import lookupdec.fast
 
     assert not hasattr(lookupdec.fast.NgramCache(), "__dict__")
+
+
+def test_compiled_flag_covers_every_fast_hot_module() -> None:
+    """``lookupdec.fast.COMPILED`` checks every module of fast/ that setup.py compiles."""
+    import lookupdec.fast
+
+    checked = {m.__name__ for m in lookupdec.fast.HOT_MODULES}
+    assert checked == {name for name in HOT_MODULES if name.startswith("lookupdec.fast.")}

@@ -54,8 +54,8 @@ def test_tree_nodes_counts_shared_prefixes_once() -> None:
 
 
 def test_add_branch_refuses_empty_full_and_prefix_related() -> None:
-    import lookupdec.fast._hybrid as fh
-    from lookupdec.fast._core import to_vec
+    import lookupdec.fast._tree as fh
+    from lookupdec.fast._cache import to_vec
 
     cases = [
         ([], 3, [[1, 2]]),  # empty

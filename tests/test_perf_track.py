@@ -139,7 +139,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     a = git("rev-parse", "HEAD")
     git("commit", "--quiet", "--allow-empty", "-m", "identical tree")
     b = git("rev-parse", "HEAD")
-    core = repo / "lookupdec" / "fast" / "_core.py"
+    core = repo / "lookupdec" / "fast" / "_replay.py"
     text = core.read_text()
     # The replay loop's chunk timer (t_draft, what bench_draft reports): sleep inside it.
     m = re.search(r"def replay_core\(.*?\n( +)t0 = time\.perf_counter\(\)\n", text, re.S)

@@ -114,7 +114,7 @@ def test_raw_ids_negative_error_is_check_token_ids_error(tmp_path: Path) -> None
 
 
 def test_fast_path_copies_an_int32_array_like_a_list() -> None:
-    from lookupdec.fast._core import to_vec
+    from lookupdec.fast._cache import to_vec
 
     ids = [3, -1, 2**31 - 1, -(2**31), 0, 9]
     for lo in (0, 2, 6, 9):

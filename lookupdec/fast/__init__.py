@@ -12,23 +12,36 @@ of legacy files, streaming).
 
 from __future__ import annotations
 
-from lookupdec.fast import _core, _corpus, _hybrid, _index, _legacy, _request, _rows
-from lookupdec.fast._core import (
-    NGRAM_MAX,
-    NGRAM_MIN,
-    NGRAM_STATIC,
-    POLICIES,
-    TOKEN_NULL,
-    NgramCache,
-    build_static,
-    draft,
+from types import ModuleType
+
+from lookupdec.fast import (
+    _cache,
+    _corpus,
+    _draft,
+    _history,
+    _hybrid,
+    _index,
+    _legacy,
+    _merge,
+    _replay,
+    _request,
+    _rows,
+    _source,
+    _tables,
+    _tree,
 )
+from lookupdec.fast._cache import NgramCache, build_static
 from lookupdec.fast._corpus import CorpusIndex
-from lookupdec.fast._hybrid import HybridState, SuffixHistory, replay
+from lookupdec.fast._draft import draft
+from lookupdec.fast._history import SuffixHistory
+from lookupdec.fast._hybrid import HybridState
 from lookupdec.fast._index import StaticIndex, load_static
 from lookupdec.fast._legacy import merge_files as merge_legacy_files
+from lookupdec.fast._replay import replay
+from lookupdec.fast._tables import NGRAM_MAX, NGRAM_MIN, NGRAM_STATIC, TOKEN_NULL
 from lookupdec.fast.drafter import Drafter
 from lookupdec.result import ReplayResult
+from lookupdec.rules import POLICIES
 
 IMPLEMENTATION = "fast"
 """The name of this implementation."""
@@ -38,7 +51,25 @@ def _is_extension(path: str | None) -> bool:
     return path is not None and path.endswith((".so", ".pyd"))
 
 
-COMPILED: bool = all(_is_extension(m.__file__) for m in (_core, _corpus, _index, _hybrid, _legacy, _request, _rows))
+HOT_MODULES: tuple[ModuleType, ...] = (
+    _tables,
+    _source,
+    _cache,
+    _merge,
+    _draft,
+    _replay,
+    _history,
+    _tree,
+    _hybrid,
+    _corpus,
+    _index,
+    _legacy,
+    _request,
+    _rows,
+)
+"""The modules ``setup.py`` compiles (its ``HOT_MODULES``), in the order they build on each other."""
+
+COMPILED: bool = all(_is_extension(m.__file__) for m in HOT_MODULES)
 """True when the hot modules are mypyc-compiled extension modules (like black's check)."""
 
 __all__ = [

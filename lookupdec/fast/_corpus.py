@@ -27,9 +27,10 @@ from librt.vecs import append, vec
 from mypy_extensions import i32, i64
 
 from lookupdec.errors import CacheFormatError
-from lookupdec.fast._core import NULL32, filled_i32, key_hash, low32, pack, to_vec
+from lookupdec.fast._cache import to_vec
 from lookupdec.fast._index import static_slot
 from lookupdec.fast._mapbytes import MappedBytes, huge_copy, map_bytes, read_whole
+from lookupdec.fast._tables import NULL32, filled_i32, low32, pack, word_probe, word_slots
 
 # Imported here, not where used: on first use they would cost a process's first open ~2 ms.
 from lookupdec.formats.corpus import CORPUS_HEADER, MAGIC_CORPUS, READABLE_VERSIONS, corpus_header, min_slots
@@ -80,34 +81,16 @@ class _Keys:
 
     def intern(self, w: i64) -> i64:
         """The ordinal of ``w``, numbered now if new."""
-        h = key_hash(w, -1) & self.mask
-        while True:
-            s = i64(self.slots[h])
-            if s < 0:
-                break
-            if self.keys[s] == w:
-                return s
-            h = (h + 1) & self.mask
+        s = word_probe(self.slots, self.keys, self.mask, w)
+        if s >= 0:
+            return s
         kid = i64(len(self.keys))
-        self.slots[h] = i32(kid)
+        self.slots[-1 - s] = i32(kid)
         self.keys = append(self.keys, w)
         if 2 * (kid + 1) > self.mask + 1:
             self.mask = 2 * (self.mask + 1) - 1
-            self.slots = slots_for(self.keys, self.mask + 1)
+            self.slots = word_slots(self.keys, self.mask + 1)
         return kid
-
-
-def slots_for(keys: vec[i64], size: i64) -> vec[i32]:
-    """An open-addressing table of ``size`` slots (a power of two) holding the ordinals of
-    ``keys`` (distinct), each at the first free slot from its ``key_hash`` home."""
-    ns = filled_i32(size, NULL32)
-    nm = size - 1
-    for j in range(len(keys)):
-        g = key_hash(keys[j], -1) & nm
-        while ns[g] >= 0:
-            g = (g + 1) & nm
-        ns[g] = i32(j)
-    return ns
 
 
 def corpus_bytes(ids: vec[i32], vocab_size: int = 0, vocab_fingerprint: bytes = bytes(8), version: int = 3) -> bytes:

@@ -39,24 +39,9 @@ from lookupdec.formats.index_header import index_header
 
 if TYPE_CHECKING:
     from lookupdec.formats import ForkStatic
-from lookupdec.fast._core import (
-    ABSENT,
-    INT32_MAX,
-    INT32_MIN,
-    M32,
-    NULL32,
-    PAD_WORD,
-    STATIC_MIN_PERCENT,
-    STATIC_MIN_SAMPLE,
-    Key,
-    NgramCache,
-    StaticSource,
-    empty_slot,
-    filled_i32,
-    key_words,
-    low32,
-    pack,
-)
+from lookupdec.fast._cache import PAD_WORD, Key, NgramCache, key_words
+from lookupdec.fast._source import ABSENT, STATIC_MIN_PERCENT, STATIC_MIN_SAMPLE, StaticSource
+from lookupdec.fast._tables import INT32_MAX, INT32_MIN, M32, NULL32, empty_slot, filled_i32, low32, pack
 
 MAGIC: Final = b"LKDCIDX\x00"
 VERSION: Final = 1
@@ -107,7 +92,7 @@ def static_slot(a: i32, b: i32, bits: i64) -> i64:
     hi = i64(a) & M32
     lo = i64(b) & M32
     h1, l1 = mul32(lo, MUL_LO)
-    # Named, not ``_``: mypyc types ``_`` as object and boxed both high halves (see _core.filled_i32).
+    # Named, not ``_``: mypyc types ``_`` as object and boxed both high halves (see _tables.filled_i32).
     _h2, x1 = mul32(lo, MUL_HI)
     _h3, x2 = mul32(hi, MUL_LO)
     rhi = (h1 + x1 + x2) & M32
@@ -119,7 +104,7 @@ def static_slot(a: i32, b: i32, bits: i64) -> i64:
 def filled_i64(n: i64, value: i64) -> vec[i64]:
     """A vec of ``n`` copies of ``value``."""
     v = vec[i64](capacity=n)
-    for _i in range(n):  # not ``_``, which mypyc boxes: see _core.filled_i32
+    for _i in range(n):  # not ``_``, which mypyc boxes: see _tables.filled_i32
         v = append(v, value)
     return v
 
@@ -485,7 +470,7 @@ class StaticIndex(StaticSource):
         buf = self._buf
         checked = self._checked
         # At most n_slots probes: a corrupt table with no empty slot cannot loop forever.
-        for _i in range(self.n_slots):  # ``_i``, not ``_``: see _core.filled_i32
+        for _i in range(self.n_slots):  # ``_i``, not ``_``: see _tables.filled_i32
             off = o_slots + 4 * h
             o = i64(read_i32_le(buf, off) if mem else self._rd32(off))
             if o < 0:
@@ -652,7 +637,7 @@ class StaticIndex(StaticSource):
         key = vec[i64](capacity=memo)
         n = vec[i64](capacity=memo)
         pick = vec[i32](capacity=memo)
-        for _i in range(memo):  # ``_i``, not ``_``: see _core.filled_i32
+        for _i in range(memo):  # ``_i``, not ``_``: see _tables.filled_i32
             key = append(key, 0)
             n = append(n, 0)
             pick = append(pick, NULL32)
@@ -694,7 +679,7 @@ class StaticIndex(StaticSource):
         self._bc = bc
         self._ct = 0
         self._cc = 0
-        # An if statement: the conditional expression (i64 | literal) was boxed (see _core's _find).
+        # An if statement: the conditional expression (i64 | literal) was boxed (see _cache's _find).
         old: i64 = 0
         if self._memo_ok[m]:
             old = i64(len(self._memo_bt[m]) + len(self._memo_bc[m]))

@@ -5,8 +5,8 @@ Everything works on ``bytes`` read through ``read_i32_le`` and on ``librt.vecs.v
 so no Python object is made per key or follower: reading a 70 MB file into tuples and dicts,
 and sorting 4M keys as tuples to write one, took seconds and GBs.
 
-This module knows the arrays of a fast ``NgramCache`` (see ``lookupdec.fast._core``'s module
-docstring) but not the class: ``_core`` imports this module, so this one must not import it.
+This module knows the arrays of a fast ``NgramCache`` (see ``lookupdec.fast._cache``'s module
+docstring) but not the class: ``_cache`` imports this module, so this one must not import it.
 
 - :func:`decode` turns a file into those arrays (same checks and errors as the reference).
 - :func:`encode` writes a cache's arrays in lookupdec's canonical order (keys ascending,
@@ -24,16 +24,12 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from librt.strings import BytesWriter, read_i32_le, write_i32_le
-from librt.vecs import append, extend, vec
+from librt.vecs import append, vec
 from mypy_extensions import i32, i64
 
 from lookupdec.errors import CacheFormatError, warn_saturated
+from lookupdec.fast._tables import INT32_MAX, INT32_MIN, M32, NULL32, TWO32, filled_i32, pack
 
-INT32_MIN: Final[i64] = -2147483648
-INT32_MAX: Final[i64] = 2147483647
-M32: Final[i64] = 0xFFFFFFFF
-TWO32: Final[i64] = 4294967296
-NULL32: Final[i32] = -1
 # Flipping bit 31 of a packed key word makes its signed i64 order the signed order of its two
 # int32 halves, i.e. the order of the key slots as tuples (the low half is stored as raw bits).
 LOW_SIGN: Final[i64] = 0x80000000
@@ -45,42 +41,12 @@ SMALL_KEYS: Final[i64] = 4096
 FLUSH_BYTES: Final[i64] = 1 << 22
 
 
-def word(a: i32, b: i32) -> i64:
-    """Two int32 key slots as one packed word, exactly as ``_core.pack`` packs them.
-
-    (Repeated here because ``_core`` imports this module; a test checks the two agree.)
-    """
-    # Multiply instead of ``<<``: shifting a negative value left is undefined in C.
-    return (i64(a) * TWO32) | (i64(b) & M32)
-
-
 def key_at(data: bytes, off: i64) -> tuple[i64, i64]:
     """The packed words of the 4-slot key stored at byte ``off``."""
     return (
-        word(read_i32_le(data, off), read_i32_le(data, off + 4)),
-        word(read_i32_le(data, off + 8), read_i32_le(data, off + 12)),
+        pack(read_i32_le(data, off), read_i32_le(data, off + 4)),
+        pack(read_i32_le(data, off + 8), read_i32_le(data, off + 12)),
     )
-
-
-FILL_BLOCK: Final[i64] = 4096
-"""Items per copy in :func:`filled_i32` (16 KiB: stays in the L1 cache while it is copied)."""
-
-
-def filled_i32(n: i64, value: i32) -> vec[i32]:
-    """A vec of ``n`` copies of ``value``."""
-    # Whole blocks copied by extend (a memcpy each), not n appends: a hash table's slots are
-    # filled this way on every rehash, and one append per slot was 2 % of a replay's
-    # instructions (callgrind). The block is a separate vec because extending a vec with
-    # itself reallocates it every time; ``v`` is allocated once, at its final size.
-    blk = vec[i32]([value])
-    while 2 * i64(len(blk)) <= n and i64(len(blk)) < FILL_BLOCK:
-        blk = extend(blk, blk)
-    v = vec[i32](capacity=n)
-    while i64(len(v)) + i64(len(blk)) <= n:
-        v = extend(v, blk)
-    if i64(len(v)) < n:
-        v = extend(v, blk[: n - i64(len(v))])
-    return v
 
 
 # --- sorting --------------------------------------------------------------------------------
@@ -364,7 +330,7 @@ class Decoded:
 
     Each key's followers are consecutive nodes ``head[kid] .. tail[kid]``, linked in that order.
     Counts, sums and maxima are int32 slots; a value past 2^31-1 is in the side array ``wcnt``,
-    ``wsum`` or ``wmax`` and its slot is ``-1 - index`` there (``_core.get_count``).
+    ``wsum`` or ``wmax`` and its slot is ``-1 - index`` there (``_cache.get_count``).
     """
 
     k0: vec[i64]
@@ -467,7 +433,7 @@ def decode(data: bytes, path: str | os.PathLike[str], strict: bool, stacklevel: 
                 nnext = append(nnext, i32(len(ntok)))  # the next node; the last is fixed below
                 nkey = append(nkey, i32(kid))
                 total += c
-                # The max count and its smallest holder, as _core's _after_bump keeps them.
+                # The max count and its smallest holder, as _cache's _after_bump keeps them.
                 if c > mx or (c == mx and t < bt):
                     mx = c
                     bt = t
@@ -478,7 +444,7 @@ def decode(data: bytes, path: str | os.PathLike[str], strict: bool, stacklevel: 
         tail = append(tail, i32(last))
         if total <= INT32_MAX:
             ksum = append(ksum, i32(total))
-        else:  # stored as _core.set_count stores it: -1 - its index in the side array
+        else:  # stored as _cache.set_count stores it: -1 - its index in the side array
             ksum = append(ksum, i32(-1 - i64(len(wsum))))
             wsum = append(wsum, total)
         kmax = append(kmax, i32(mx))
@@ -504,7 +470,7 @@ def encode(
     Keys ascending as slot tuples, each key's followers ascending by token (the reference's
     ``contents()`` order); counts above 2^31-1 are written as 2^31-1. ``ncnt`` holds a cache's
     int32 count slots: a negative slot is a count in the cache's side array, always past
-    2^31-1 (see ``_core.get_count``), so it saturates without being read.
+    2^31-1 (see ``_cache.get_count``), so it saturates without being read.
     """
     order = key_order(k0, k1)
     scratch = vec[i64]()

@@ -21,15 +21,10 @@ from typing import Any, cast
 from mypy_extensions import i64
 
 from lookupdec.errors import RequestClosedError
-from lookupdec.fast._core import (
-    NGRAM_MAX,
-    NGRAM_MIN,
-    NgramCache,
-    StaticSource,
-    draft_list,
-    require_cache,
-    require_static_source,
-)
+from lookupdec.fast._cache import NgramCache, require_cache
+from lookupdec.fast._draft import draft_list, require_static_source
+from lookupdec.fast._source import StaticSource
+from lookupdec.fast._tables import NGRAM_MAX, NGRAM_MIN
 
 
 class Tally:

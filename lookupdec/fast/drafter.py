@@ -8,10 +8,13 @@ Plain Python (not compiled): with ``policy="llama"`` the Drafter's requests are 
 from __future__ import annotations
 
 from lookupdec import _lifecycle
-from lookupdec.fast._core import NGRAM_MAX, NGRAM_MIN, NgramCache, draft
-from lookupdec.fast._hybrid import HybridState, SuffixHistory
+from lookupdec.fast._cache import NgramCache
+from lookupdec.fast._draft import draft
+from lookupdec.fast._history import SuffixHistory
+from lookupdec.fast._hybrid import HybridState
 from lookupdec.fast._index import load_static
 from lookupdec.fast._request import Tally, new_request
+from lookupdec.fast._tables import NGRAM_MAX, NGRAM_MIN
 
 
 def new_hybrid(max_tokens: int | None) -> HybridState:

@@ -10,7 +10,8 @@ import numpy as np
 import numpy.typing as npt
 
 from lookupdec.errors import CacheFormatError
-from lookupdec.formats.detect import INT32_MAX, INT32_MIN, NULL, ContentsItem
+from lookupdec.formats.detect import NULL, ContentsItem
+from lookupdec.rules import INT32_MAX, INT32_MIN
 
 I64Array = npt.NDArray[np.int64]
 I32Array = npt.NDArray[np.int32]

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from lookupdec.errors import CacheFormatError
-from lookupdec.formats.detect import INT32_MAX, open_regular
+from lookupdec.formats.detect import open_regular
+from lookupdec.rules import INT32_MAX
 
 MAGIC_CORPUS: Final = b"LKDCCRP\x00"
 """The first 8 bytes of a corpus file."""

@@ -26,8 +26,6 @@ Followers = list[tuple[int, int]]
 ContentsItem = tuple[Key, Followers]
 """One key with its followers, as :func:`read_as_contents` yields them."""
 
-INT32_MIN: Final = -(2**31)
-INT32_MAX: Final = 2**31 - 1
 NULL: Final = -1
 """Padding of unused key slots (llama.cpp's ``LLAMA_TOKEN_NULL``)."""
 

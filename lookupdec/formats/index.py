@@ -15,7 +15,7 @@ import numpy as np
 from lookupdec._atomic import atomic_writer
 from lookupdec.errors import CacheFormatError
 from lookupdec.formats._tables import I32Array, I64Array, Table, check_runs, pack_keys, run_indices
-from lookupdec.formats.detect import INT32_MAX, INT32_MIN, MAGIC_LOOKUPDEC, NULL, ContentsItem, Key, open_regular
+from lookupdec.formats.detect import MAGIC_LOOKUPDEC, NULL, ContentsItem, Key, open_regular
 from lookupdec.formats.index_header import (
     _OFF_CHECKSUM,
     _OFF_FLAGS,
@@ -36,6 +36,7 @@ from lookupdec.formats.index_header import (
 from lookupdec.formats.index_header import (
     index_header as index_header,
 )
+from lookupdec.rules import INT32_MAX, INT32_MIN
 
 _HASH_MULT: Final = 0x9E3779B97F4A7C15
 _MASK64: Final = (1 << 64) - 1

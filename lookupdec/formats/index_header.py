@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from lookupdec.errors import CacheFormatError
-from lookupdec.formats.detect import INT32_MAX, MAGIC_LOOKUPDEC
+from lookupdec.formats.detect import MAGIC_LOOKUPDEC
+from lookupdec.rules import INT32_MAX
 
 INDEX_VERSION: Final = 1
 """The version of the lookupdec static index this module reads and writes."""

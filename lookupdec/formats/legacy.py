@@ -24,11 +24,11 @@ from collections.abc import Iterable, Sequence
 from lookupdec._atomic import atomic_writer
 from lookupdec.errors import CacheFormatError, warn_saturated
 from lookupdec.formats.detect import Key
+from lookupdec.rules import INT32_MAX
 
 _KEY = struct.Struct("<4i")
 _I32 = struct.Struct("<i")
 _PAIR = struct.Struct("<ii")
-INT32_MAX = 2**31 - 1  # the largest count a file holds
 
 
 def decode_legacy(data: bytes, path: str | os.PathLike[str], *, strict: bool = False) -> dict[Key, dict[int, int]]:

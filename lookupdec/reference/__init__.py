@@ -17,9 +17,11 @@ from lookupdec.reference.cache import (
 from lookupdec.reference.draft import draft
 from lookupdec.reference.drafter import Drafter
 from lookupdec.reference.files import load_static
-from lookupdec.reference.hybrid import POLICIES, HybridState, SuffixHistory
+from lookupdec.reference.history import SuffixHistory
+from lookupdec.reference.hybrid import HybridState
 from lookupdec.reference.replay import replay
 from lookupdec.result import ReplayResult
+from lookupdec.rules import POLICIES
 
 IMPLEMENTATION = "reference"
 """The name of this implementation."""

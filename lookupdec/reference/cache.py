@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from lookupdec.errors import CacheFormatError, TokenRangeError
 from lookupdec.formats.detect import detect_format, read_all
 from lookupdec.formats.legacy import decode_legacy, write_legacy
+from lookupdec.rules import INT32_MAX, INT32_MIN
 
 NGRAM_MIN = 1
 """Smallest n-gram size drafting uses."""
@@ -23,8 +24,6 @@ NGRAM_STATIC = 2
 TOKEN_NULL = -1
 """Padding for unused key slots (llama.cpp's ``LLAMA_TOKEN_NULL``)."""
 
-INT32_MIN = -(2**31)
-INT32_MAX = 2**31 - 1
 
 Key = tuple[int, int, int, int]
 """A padded 4-slot n-gram key."""

@@ -6,7 +6,8 @@ from lookupdec import _lifecycle
 from lookupdec.reference.cache import NGRAM_MAX, NGRAM_MIN, NgramCache
 from lookupdec.reference.draft import draft
 from lookupdec.reference.files import load_static
-from lookupdec.reference.hybrid import HybridState, SuffixHistory
+from lookupdec.reference.history import SuffixHistory
+from lookupdec.reference.hybrid import HybridState
 
 
 def new_hybrid(max_tokens: int | None) -> HybridState:

@@ -15,7 +15,6 @@ import os
 from lookupdec.errors import CacheFormatError
 from lookupdec.formats.detect import detect_format, refuse_empty_static
 from lookupdec.formats.legacy import decode_legacy
-from lookupdec.formats.legacy import encode_legacy as _encode_contents
 from lookupdec.reference.cache import NgramCache
 from lookupdec.reference.draft import PartSource
 
@@ -32,21 +31,6 @@ def parse_legacy(data: bytes, path: str | os.PathLike[str], *, strict: bool = Fa
     cache = NgramCache()
     cache._map = decode_legacy(data, path, strict=strict)  # the reference's own dicts, as decoded
     return cache
-
-
-def encode_legacy(cache: NgramCache) -> bytes:
-    """The legacy-format bytes of ``cache``, keys and followers ascending."""
-    return _encode_contents(cache.contents())
-
-
-def save_legacy(cache: NgramCache, path: str | os.PathLike[str]) -> None:
-    """Write ``cache`` to ``path`` in the legacy format, atomically (as ``cache.save(path)``)."""
-    cache.save(path)
-
-
-def load_cache(path: str | os.PathLike[str], *, strict: bool = False) -> NgramCache:
-    """Read a legacy (llama.cpp) cache file into a :class:`NgramCache` (as ``NgramCache.load``)."""
-    return NgramCache.load(path, strict=strict)
 
 
 def load_static(

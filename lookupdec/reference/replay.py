@@ -7,8 +7,10 @@ from collections.abc import Callable, Sequence
 
 from lookupdec.reference.cache import NGRAM_MAX, NGRAM_MIN, NgramCache
 from lookupdec.reference.draft import PartSource, draft
-from lookupdec.reference.hybrid import HybridState, SuffixHistory, check_policy
-from lookupdec.result import ReplayResult, check_branches, common_prefix, tree_nodes
+from lookupdec.reference.history import SuffixHistory
+from lookupdec.reference.hybrid import HybridState
+from lookupdec.result import ReplayResult, common_prefix, tree_nodes
+from lookupdec.rules import check_branches, check_policy
 
 ProgressCallback = Callable[[int, int], None]
 """Called as ``progress(tokens_done, tokens_total)`` after every chunk."""
@@ -70,14 +72,14 @@ def replay(
             proposal = drafted[1:]
             first = proposal  # branch 0, the one observed
             if state is not None and branches > 1:
-                tree = state.tree_step(proposal, n_draft, None, static, branches)
+                tree = state._tree_step(proposal, n_draft, None, static, branches)
                 truth = chunk[len(out) :]
                 # a tree verifier accepts the longest prefix any branch shares with the text
                 first = tree[0] if tree else []
                 proposal = max(tree, key=lambda b: common_prefix(b, truth), default=[])
                 n_drafted += tree_nodes(tree)
             elif state is not None:
-                state.extend_draft(proposal, n_draft, None, static)
+                state._extend_draft(proposal, n_draft, None, static)
             t_draft += time.perf_counter() - t0
             if branches == 1:
                 n_drafted += len(proposal)  # drafts past the chunk end count too

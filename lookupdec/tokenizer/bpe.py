@@ -218,14 +218,6 @@ def _byte_table() -> dict[int, int]:
     return table
 
 
-def token_bytes(text: str) -> bytes | None:
-    """The bytes a byte-level BPE token text stands for; ``None`` if it has a character outside the alphabet."""
-    try:
-        return text.translate(_byte_table()).encode("latin-1")
-    except UnicodeEncodeError:
-        return None
-
-
 def byte_ranks(tokens: Sequence[str], types: Sequence[int]) -> dict[bytes, int] | None:
     """tiktoken's ``mergeable_ranks`` (bytes -> id of each normal token); None if not a byte-level vocabulary.
 
