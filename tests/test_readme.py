@@ -77,7 +77,7 @@ def run_shell_blocks(work: Path, env: dict[str, str], heavy: bool, doc: Path = R
     for block in sh:
         script = "set -euo pipefail\n" + runnable(block, heavy)
         proc = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, check=False)
-        assert proc.returncode == 0, f"{doc.name} block failed:\n{block}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+        assert proc.returncode == 0, f"{doc.name} failed:\n{block}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
 
 
 def test_runnable_drops_only_what_it_says() -> None:
