@@ -7,7 +7,7 @@ Commands (``python -m perf COMMAND --help`` for each)::
     python -m perf gate [--fast]                  # or: gate --base base.json --head head.json
     python -m perf profile [--impl reference|fast]
     python -m perf plot results/run.json [more.json ...] -o results/plots/
-    python -m perf table results/run.json         # the issue-3 table, markdown
+    python -m perf table results/run.json         # fast vs reference per static size, markdown
 
 See perf/README.md.
 """

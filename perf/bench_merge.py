@@ -1,4 +1,4 @@
-"""Merge: a chunk's context cache into the dynamic cache, and dynamic cache files (issue 10, 2b).
+"""Merge: a chunk's context cache into the dynamic cache, and dynamic cache files.
 
 ``merge.dynamic=<size>``: the dynamic cache is built like the replay builds it (the context
 caches of the chunks before, merged one by one); each timed call merges the next chunk's

@@ -3,7 +3,7 @@
 Replays with llama-lookup-stats' loop (n_ctx 4096, n_draft 8) under each policy, on two sets:
 
 - ``wikitext``: the WikiText-103 test split with the static index of ``enwiki_wt.10M`` (the
-  issue-13 goal: >= 1.33 tokens per step for the hybrid policy);
+  set the hybrid policy's parameters were chosen on);
 - ``heldout``: the second half of ``enwiki_wt.10M`` replayed with a static index built from
   the first half only (no overlap), to check that parameters chosen on WikiText carry over.
 

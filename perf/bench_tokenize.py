@@ -2,7 +2,7 @@
 
     python -m perf.bench_tokenize [--mb 4] [--vocab llama-bpe ...] [--repeat 5]
 
-Issue 24's per-core goal: ``Tokenizer.encode`` with the Llama 3 GGUF at least 1.0x tiktoken's
+The per-core goal: ``Tokenizer.encode`` with the Llama 3 GGUF at least 1.0x tiktoken's
 ``encode_ordinary`` (Llama 3 ranks, same text, one thread). Texts: English is the start of
 shared/data/enwiki_wt.10M.txt; code is C: the ``*.h`` files under /usr/include in sorted path
 order, concatenated (the C and C++ headers of this machine; files that are not UTF-8 are

@@ -2,8 +2,8 @@
 
 Runs the real command (a subprocess, as a user would) on corpora of growing size, interleaving
 the sizes and repeats so that the machine's load hits them alike, and prints medians next to
-the C++ fork's figures from issue 10 (measured on this machine; the fork is not part of this
-project). Peak RSS is the largest sum of the resident memory of ``lookupdec`` and its worker
+the C++ fork's figures (measured earlier on this machine, on a Linux C corpus; the fork is not
+part of this project). Peak RSS is the largest sum of the resident memory of ``lookupdec`` and its worker
 processes, sampled from /proc every 20 ms), or the exact peak of the largest single process
 (``ru_maxrss``, what ``/usr/bin/time`` reports) when that is larger.
 
@@ -39,7 +39,7 @@ from perf._common import data_dir
 TEXT_BYTES_PER_TOKEN = 9_997_780 / 2_194_448
 """The shared sample's MB of text per token (enwiki_wt.10M.txt / its token file)."""
 FORK = {"4M": (1.4, 133), "25": (3.8, 235), "100": (8.8, 686), "541": (101, 2150), "764": (71, 2800)}
-"""The fork's ``create`` in issue 10: seconds and peak RSS (MB), per corpus size."""
+"""The fork's ``create``, measured earlier on this machine: seconds and peak RSS (MB), per corpus size."""
 
 
 def n_tokens(size: str) -> int:

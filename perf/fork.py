@@ -28,7 +28,7 @@ carries a parent's ``ru_maxrss`` into a child).
 Corpora are ``perf.create_scale``'s (the shared sample repeated with shifted ids; sizes ``NM`` =
 N million tokens, ``N`` = N MB of text), made once in ``--work``. The replay is the shared
 ``wiki.test.raw.llama3.bin``. The table shows medians of each side and the median over rounds
-of the per-round ratio lookupdec / fork, next to the goals of issue 24.
+of the per-round ratio lookupdec / fork, next to the goals (``GOALS``).
 
     python -m perf fork --quick                                   # 1M tokens, 2 rounds, < 1 min
     python -m perf fork --sizes 4M,25,100,541 --rounds 5 --work /tmp/fork-work --json results/fork.json
@@ -64,7 +64,7 @@ GOALS: Final = {
     ("merge", "s"): ("ratio", 1.0),
     ("merge", "rss"): ("ratio", 1.0),
 }
-"""Issue 24's goals: lookupdec / fork ratio at most this, or (open) lookupdec's ms at most this."""
+"""The goals: lookupdec / fork ratio at most this, or (open) lookupdec's ms at most this."""
 
 SIDES: Final = (("fork", "lookupdec"), ("lookupdec", "fork"))
 

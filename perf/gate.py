@@ -35,7 +35,7 @@ from typing import Any, Final
 MIN_SPEEDUP: Final = 15.0
 """THE threshold: the fast path must replay at least this many times faster than the reference.
 
-The target in issue 3 is >= 30x on the full replay. On the gate's fast workload the compiled
+The project's target is >= 30x on the full replay. On the gate's fast workload the compiled
 path measured 29-38x (medians; single rounds 18-57x) on the noisy shared 2-core machine, so 15x
 leaves room for noise and still catches a fast path that lost its edge (an interpreted or
 accidentally de-optimized build is ~1-3x). Override per run with ``$LOOKUPDEC_GATE_MIN_SPEEDUP``

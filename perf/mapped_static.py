@@ -1,4 +1,4 @@
-"""Drafting from the static index mapped vs loaded (issue 10 item 4), measured side by side.
+"""Drafting from the static index mapped vs loaded, measured side by side.
 
 Two measurements, both interleaved so that the machine's load hits every mode alike:
 
@@ -9,7 +9,7 @@ Two measurements, both interleaved so that the machine's load hits every mode al
   than wall time) and ``t_draft`` µs per drafted token per mode. With ``--in-process-rounds R``
   it runs in a fresh process per (round, index, tree) instead, every ``--tree`` too (its own
   copy of this function), alternating: CPU µs per drafted token per mode and mapped / none.
-- ``stats``: fresh processes of ``lookupdec stats --json`` (the issue's command), for this tree
+- ``stats``: fresh processes of ``lookupdec stats --json``, for this tree
   and every ``--tree DIR`` (run with ``PYTHONPATH=DIR``), mapped, ``--load`` and without a
   static cache, ``--rounds`` rounds alternating; medians and minimums of
   ``us_per_drafted_token`` (wall time), of the process's CPU time per drafted token (start,
@@ -21,7 +21,7 @@ given with ``--index FILE`` (repeatable), or one is built per corpus size with `
 lookups hit the same 2-grams at every size while the file, and the random reads across it,
 grow), kept in ``--work DIR``. Per round every tree replays once without a static cache, then
 mapped and ``--load`` with every index (their order rotated per round); the summary puts the
-fork's figures of issue 10 next to each size (its replay was held-out code, so compare
+fork's figures (measured earlier on this machine) next to each size (its replay was held-out code, so compare
 ratios to the no-static run, not the µs).
 
     python -m perf.mapped_static --tree ../main --rounds 7 --passes 4
@@ -78,7 +78,7 @@ def in_process(index: str, replay: Path, passes: int) -> dict[str, dict[str, flo
 
 
 FORK_US: Final = {"none": 0.95, "4M": 1.54, "25": 1.25, "100": 1.64, "541": 1.94}
-"""The fork's µs per drafted token in issue 10 (its held-out code replay, under load; no static and per index size)."""
+"""The fork's µs per drafted token, measured earlier here (held-out code replay, under load; none and per size)."""
 
 
 def stats_runs(indexes: list[str], replay: Path, trees: list[str], rounds: int) -> list[dict[str, object]]:

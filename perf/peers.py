@@ -1,6 +1,6 @@
 """Peer drafters replayed with lookupdec's own protocol: tokens per step on WikiText and held-out text.
 
-Issue 13 compares the hybrid policy with the drafters other engines ship. This script replays
+The hybrid policy against the drafters other engines ship: this script replays
 the two sets of ``perf.bench_policy`` (``wikitext``: WikiText-103 test with the static index of
 ``enwiki_wt.10M``; ``heldout``: the second half of ``enwiki_wt.10M`` with the first half as the
 static corpus) with each peer, in exactly the loop of ``lookupdec.reference.replay`` (spec 8.2,
@@ -49,9 +49,9 @@ ProgressCallback = Callable[[int, int], None]
 """Called as ``progress(tokens_done, tokens_total)`` after every chunk."""
 
 PEERS = ("llama", "hf", "vllm", "vllm25", "suffix", "suffix+corpus")
-"""The issue's table, the default ``--peers``."""
+"""The peers of docs/performance.md's table, the default ``--peers``."""
 EXTRA_PEERS = ("suffix4", "suffix4+corpus")
-"""Only on request: SuffixDecoding with ``max_spec_factor=4`` (the issue's "length factor of 4")."""
+"""Only on request: SuffixDecoding with ``max_spec_factor=4`` (a length factor of 4)."""
 SETS = ("wikitext", "heldout")
 # Large enough that an engine's own length limit never cuts a draft: the lookup-stats protocol
 # counts drafts past the chunk end, and a request's model context is not the chunk.

@@ -87,7 +87,7 @@ def load_anchors(path: Path = ANCHORS) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         lines = [line for line in f if not line.startswith("#")]
     rows = list(csv.DictReader(lines))
-    # One value per (source, corpus, size, metric): spec 15 wins over the issue-3 table.
+    # One value per (source, corpus, size, metric): spec section 15's rows win over the other sources.
     best: dict[tuple[str, str, str, str], dict[str, str]] = {}
     for r in rows:
         key = (r["source"], r["corpus"], r["static_tokens"], r["metric"])

@@ -1,4 +1,4 @@
-"""``python -m perf table results/run.json [more.json ...]``: the issue-3 table from stored runs.
+"""``python -m perf table results/run.json [more.json ...]``: fast vs reference per static size, from stored runs.
 
 One row per static corpus size of the ``draft`` benchmarks: µs per drafted token per
 implementation (median), speedup, the exact counts and accept rate (from the metadata), and

@@ -2,9 +2,9 @@
 
     python -m perf.tokenize_process [--text english|code] [--mb 60] [--repeat 3] [--workers N] [--keep DIR]
 
-Issue 24's speed goal: the whole ``lookupdec tokenize`` process (start, GGUF header, vocabulary,
+The speed goal: the whole ``lookupdec tokenize`` process (start, GGUF header, vocabulary,
 every worker, writing the ids) on 2 cores at least 2x the single-thread throughput of tiktoken's
-``encode_ordinary`` with the Llama 3 ranks on the same text (issue 8 asked 1.2x), memory under
+``encode_ordinary`` with the Llama 3 ranks on the same text, memory under
 1 GB. ``--text english``: shared/data's English (``enwiki_wt.10M.txt``, then ``wiki.test.raw``)
 repeated to ``--mb`` MB (repeats help any piece cache: the code text has none); ``--text code``:
 C, the ``*.h`` files under /usr/include concatenated in sorted path order, no file twice

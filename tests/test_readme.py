@@ -1,4 +1,4 @@
-"""README.md's examples run as written.
+"""README.md's examples run as written, and so do docs/hybrid.md's (moved there from the README).
 
 Every ```sh block is run with bash (``set -euo pipefail``) and every ```python block with this
 Python, in a fresh directory, on small data: the start of the shipped demo token files stands in for the
@@ -24,6 +24,7 @@ from tests.conftest import DEMO_DATA
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+HYBRID = ROOT / "docs" / "hybrid.md"
 # The package's own copy, so the test also runs against an installed wheel (.ci/test_installed.py).
 DEMO = DEMO_DATA
 # The README's sample-data names -> the shipped demo files that stand in for them.
@@ -36,9 +37,9 @@ HEAVY = re.compile(r"--impl reference|lookupdec demo")
 ENGINE = re.compile(r"lookupdec\.adapters")
 
 
-def blocks(lang: str) -> list[str]:
-    """The README's fenced code blocks of language ``lang``, in order."""
-    return re.findall(rf"^```{lang}\n(.*?)^```", README.read_text(encoding="utf-8"), re.S | re.M)
+def blocks(lang: str, doc: Path = README) -> list[str]:
+    """The fenced code blocks of language ``lang`` in ``doc`` (the README by default), in order."""
+    return re.findall(rf"^```{lang}\n(.*?)^```", doc.read_text(encoding="utf-8"), re.S | re.M)
 
 
 def runnable(block: str, heavy: bool) -> str:
@@ -69,14 +70,14 @@ def sandbox(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return work, env
 
 
-def run_shell_blocks(work: Path, env: dict[str, str], heavy: bool) -> None:
-    """Run every sh block of the README in ``work``; fail with the block's output on an error."""
-    sh = blocks("sh")
-    assert len(sh) >= 3, "README.md lost its command examples"
+def run_shell_blocks(work: Path, env: dict[str, str], heavy: bool, doc: Path = README, least: int = 3) -> None:
+    """Run every sh block of ``doc`` in ``work``; fail with the block's output on an error."""
+    sh = blocks("sh", doc)
+    assert len(sh) >= least, f"{doc.name} lost its command examples"
     for block in sh:
         script = "set -euo pipefail\n" + runnable(block, heavy)
         proc = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, check=False)
-        assert proc.returncode == 0, f"README block failed:\n{block}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+        assert proc.returncode == 0, f"{doc.name} failed:\n{block}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
 
 
 def test_runnable_drops_only_what_it_says() -> None:
@@ -101,18 +102,34 @@ def test_readme_commands_with_heavy_lines(sandbox: tuple[Path, dict[str, str]]) 
     run_shell_blocks(work, env, heavy=True)
 
 
-def test_readme_python(sandbox: tuple[Path, dict[str, str]]) -> None:
-    work, env = sandbox
-    py = blocks("python")
-    assert py, "README.md lost its Python example"
-    # The Drafter example drafts from the index the README's first command block creates.
+def run_python_blocks(work: Path, env: dict[str, str], py: list[str]) -> None:
+    """Run the Python blocks ``py`` (but the engine examples) in ``work``; each prints ``drafted:``."""
+    # The Drafter examples draft from the index the README's first command block creates.
     index = ["lookupdec", "create", "--tokens", str(Path(env["LOOKUPDEC_DATA"]) / "enwiki_wt.10M.llama3.bin")]
     subprocess.run([*index, "-o", "enwiki.lkdc"], cwd=work, env=env, check=True, capture_output=True)
-    assert any(ENGINE.search(b) for b in py), "the engine examples moved: update ENGINE"
     for block in (b for b in py if not ENGINE.search(b)):
         code = block.replace("../shared/data", env["LOOKUPDEC_DATA"])
         proc = subprocess.run(
             [sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True, check=False
         )
-        assert proc.returncode == 0, f"README block failed:\n{block}\nstderr:\n{proc.stderr}"
+        assert proc.returncode == 0, f"example failed:\n{block}\nstderr:\n{proc.stderr}"
         assert "drafted:" in proc.stdout
+
+
+def test_readme_python(sandbox: tuple[Path, dict[str, str]]) -> None:
+    work, env = sandbox
+    py = blocks("python")
+    assert py, "README.md lost its Python example"
+    assert any(ENGINE.search(b) for b in py), "the engine examples moved: update ENGINE"
+    run_python_blocks(work, env, py)
+
+
+def test_hybrid_doc_examples(sandbox: tuple[Path, dict[str, str]]) -> None:
+    if not HYBRID.exists():  # .ci/test_installed.py copies the README and the tests, not docs/
+        pytest.skip("docs/hybrid.md is not next to the tests")
+    work, env = sandbox
+    run_shell_blocks(work, env, heavy=False, doc=HYBRID, least=1)
+    assert (work / "enwiki.lkcorpus").stat().st_size > 0
+    py = blocks("python", HYBRID)
+    assert len(py) >= 3, "docs/hybrid.md lost its Python examples"
+    run_python_blocks(work, env, py)

@@ -15,15 +15,14 @@ Engines, chosen per vocabulary:
   the regex on random and real text by the tests), and each piece's ids come from a table of
   the pieces seen so far (:class:`~lookupdec.tokenizer._pretok.PieceCache`), else from
   tiktoken's BPE of that one piece (``CoreBPE.encode_single_piece``: the token if the piece is
-  one, else its merges; what ``encode_ordinary`` does per piece). Why not tiktoken alone:
-  ``perf record`` of its ``encode_ordinary`` puts about two thirds of its time in its regex
-  engines (fancy-regex's backtracking VM, for the ``\\s+(?!\\S)`` lookahead, and
-  regex-automata), 8-9 % in ``byte_pair_encode``; the splitter plus the cache measured 1.6-1.8x
-  its speed per core on English and 2.4-2.7x on C (docs/performance.md). tiktoken stays the
-  merge engine (well kept, Rust, exact here) for the pieces not seen before. Interpreted (no
-  compiler) the splitter runs at about a tenth of tiktoken's speed (1.1 against 13 MB per CPU
-  second on English), so then tiktoken runs alone, as below.
-* ``tiktoken`` (Rust, ~12-20 MB/s here) when the vocabulary has ``ignore_merges`` and passes
+  one, else its merges; what ``encode_ordinary`` does per piece). Why not tiktoken alone: most
+  of its ``encode_ordinary`` time goes to cutting the pieces with its regex engines (a
+  backtracking one, for the ``\\s+(?!\\S)`` lookahead), little to the merges; a compiled
+  loop over a class table, and a cache of the pieces seen, cut that cost (figures:
+  docs/performance.md, "Tokenizing"). tiktoken stays the merge engine (well kept, Rust, exact
+  here) for the pieces not seen before. Interpreted (no compiler) the splitter is far slower
+  than tiktoken's regex, so then tiktoken runs alone, as below.
+* ``tiktoken`` (Rust) when the vocabulary has ``ignore_merges`` and passes
   :func:`tiktoken_exact`'s checks. tiktoken merges by the rank of the merged *token* and takes a
   piece that is a token whole, which is llama.cpp's ``ignore_merges`` merge by *pair* rank
   exactly when the merge list is sorted by the id of the merged token and every split of a
@@ -35,7 +34,7 @@ Engines, chosen per vocabulary:
   behaviours that differ from llama.cpp's in places (gaps between matches, ``\\s``), so the
   pieces are cut here with the ``regex`` module (llama.cpp's regexes, its gap rule) and given
   to it pre-split (``is_pretokenized``); the Qwen2 (Llama 3's with single digits), GPT-2 and
-  SmolLM regexes are cut by :mod:`._pretok`'s hand-written splitters when compiled. 2-5x slower
+  SmolLM regexes are cut by :mod:`._pretok`'s hand-written splitters when compiled. Slower
   than tiktoken; exact.
 """
 
@@ -372,19 +371,19 @@ class BpeModel:
                 data = mod.encode(text, table, 3, self._seen, bpe, _PIECE_CACHE_MAX)
             except UnicodeEncodeError:
                 # A lone surrogate: tiktoken's encode_ordinary replaces it (a pair becomes its
-                # character) and encodes that text; so do we, ids as before this engine.
+                # character) and encodes that text; so do we, so the ids stay tiktoken's.
                 text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
                 data = mod.encode(text, table, 3, self._seen, bpe, _PIECE_CACHE_MAX)
             return np.frombuffer(data, dtype="<i4").astype(np.int32)
         if self._tiktoken is not None:
-            # encode_ordinary + one numpy conversion: measured faster than tiktoken's
-            # encode_to_numpy, which goes through the special-token-aware encode (~40% slower).
+            # encode_ordinary + one numpy conversion, not tiktoken's encode_to_numpy: that one
+            # goes through the special-token-aware encode, which is slower.
             return np.asarray(self._tiktoken.encode_ordinary(text), dtype=np.int32)
         pieces = self.pre.pieces(text)
         cache = self._pieces
         # BPE of a piece does not depend on its neighbours: each distinct new piece goes to
         # tokenizers once (one call for all of them; word_ids says which ids are whose), and
-        # repeats come from this cache. ~2.5x faster than encoding every piece on English.
+        # repeats come from this cache (natural text repeats most of its pieces).
         new = [p for p in dict.fromkeys(pieces) if p not in cache]
         if new:
             if len(cache) + len(new) > _PIECE_CACHE_MAX:

@@ -8,7 +8,7 @@ token, or else one ``<0xNN>`` byte token per UTF-8 byte (byte fallback).
 
 Neither the Hugging Face ``tokenizers`` BPE model (merge ranks, not piece scores) nor
 ``sentencepiece`` (a different normalizer and its own treatment of leading spaces) reproduces
-this, so it runs here in Python: the slow path (~0.3-1 MB/s per process), parallel over chunks.
+this, so it runs here in Python: the slow path, parallel over chunks.
 """
 
 from __future__ import annotations
