@@ -29,6 +29,7 @@ HOT_MODULES = [
     "lookupdec/fast/_tree.py",
     "lookupdec/fast/_hybrid.py",
     "lookupdec/fast/_index.py",
+    "lookupdec/fast/_index_write.py",
     "lookupdec/fast/_legacy.py",
     "lookupdec/fast/_corpus.py",
     "lookupdec/fast/_request.py",

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import operator
 import os
-import struct
 from array import array
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,15 +30,9 @@ from typing import Any, ClassVar, Protocol, cast
 
 from lookupdec._shared_file import merge_into_file
 from lookupdec.errors import RequestClosedError, VocabularyError
+from lookupdec.formats.index_header import read_index_vocab
 from lookupdec.result import common_prefix, tree_nodes
 from lookupdec.rules import INT32_MAX, check_policy
-
-"""Drafting policies a Drafter accepts: ``"llama"`` is llama.cpp's ``common_ngram_cache_draft``
-(the default, exact); ``"hybrid"`` is llama.cpp's drafts continued by a suffix match (README,
-"The hybrid policy")."""
-
-_INDEX_MAGIC = b"LKDCIDX\0"
-_FINGERPRINT = struct.Struct("<8xQ")  # bytes 48..63 of a lookupdec index: vocab_size, fingerprint
 
 
 class Cache(Protocol):
@@ -118,16 +111,6 @@ class DrafterStats:
     def accept(self) -> float:
         """``n_accept`` as a percentage of ``n_drafted`` (0 when nothing was drafted)."""
         return 100.0 * self.n_accept / self.n_drafted if self.n_drafted else 0.0
-
-
-def read_index_vocab(path: str) -> tuple[int, bytes] | None:
-    """``(vocab_size, fingerprint)`` from a lookupdec index header, or None for other formats."""
-    with open(path, "rb") as f:
-        head = f.read(64)
-    if len(head) < 64 or head[:8] != _INDEX_MAGIC:
-        return None
-    (vocab_size,) = _FINGERPRINT.unpack_from(head, 40)
-    return vocab_size, head[56:64]
 
 
 class Drafter:

@@ -302,7 +302,7 @@ def test_mapping_followers_and_index_layout(tmp_path: Path) -> None:
 
 def test_lookupdec_writer_matches_the_compiled_builder(tmp_path: Path) -> None:
     """Two writers of docs/static-index.md, written independently, agree byte for byte."""
-    from lookupdec.fast import _index as index
+    from lookupdec.fast import _index_write as index
 
     contents = canonical(sample_contents() + [((k, k + 1, -1, -1), [(k, k % 3 + 1)]) for k in range(50, 90)])
     assert written(tmp_path, "lookupdec", contents) == index.index_bytes_from_contents(contents)

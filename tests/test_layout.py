@@ -34,6 +34,7 @@ STDLIB_LEAVES = {
     "lookupdec.formats.detect",
     "lookupdec.formats.legacy",
     "lookupdec.formats.corpus",  # the hybrid policy's corpus file: the reference reads its ids
+    "lookupdec.formats.index_header",  # the index header: parsed and packed here for every reader and writer
 }
 
 

@@ -28,9 +28,8 @@ from mypy_extensions import i32, i64
 
 from lookupdec.errors import CacheFormatError
 from lookupdec.fast._cache import to_vec
-from lookupdec.fast._index import static_slot
 from lookupdec.fast._mapbytes import MappedBytes, huge_copy, map_bytes, read_whole
-from lookupdec.fast._tables import NULL32, filled_i32, low32, pack, word_probe, word_slots
+from lookupdec.fast._tables import NULL32, filled_i32, low32, pack, static_slot, word_probe, word_slots
 
 # Imported here, not where used: on first use they would cost a process's first open ~2 ms.
 from lookupdec.formats.corpus import CORPUS_HEADER, MAGIC_CORPUS, READABLE_VERSIONS, corpus_header, min_slots

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Final
 
-from librt.strings import BytesWriter, read_i32_le, read_i64_le, write_i32_le, write_i64_le
+from librt.strings import read_i32_le, read_i64_le
 from librt.vecs import append, vec
 from mypy_extensions import i32, i64
 
@@ -35,30 +34,33 @@ from lookupdec.fast._mapbytes import MappedBytes, map_bytes, read_whole
 # Imported here, not in StaticIndex.open: on first use they cost a process's first open ~2 ms
 # (the header's dataclass is built then), against a steady open of ~0.1 ms.
 from lookupdec.formats.detect import format_of, open_regular, refuse_empty_static
-from lookupdec.formats.index_header import index_header
+from lookupdec.formats.index_header import INDEX_HEADER_SIZE, index_header
 
 if TYPE_CHECKING:
     from lookupdec.formats import ForkStatic
+from lookupdec.fast import _index_write
 from lookupdec.fast._cache import PAD_WORD, Key, NgramCache, key_words
 from lookupdec.fast._source import ABSENT, STATIC_MIN_PERCENT, STATIC_MIN_SAMPLE, StaticSource
-from lookupdec.fast._tables import INT32_MAX, INT32_MIN, M32, NULL32, empty_slot, filled_i32, low32, pack
+from lookupdec.fast._tables import (
+    INT32_MAX,
+    INT32_MIN,
+    M32,
+    NULL32,
+    filled_i64,
+    low32,
+    pack,
+    static_slot,
+)
 
-MAGIC: Final = b"LKDCIDX\x00"
-VERSION: Final = 1
-HEADER_SIZE: Final = 96
-HEADER: Final = struct.Struct("<8sIIII QQQQ 8s QQ 8s Q".replace(" ", ""))
-# The hash multiplier 0x9E3779B97F4A7C15 as two 32-bit halves (see static_slot).
-MUL_HI: Final[i64] = 0x9E3779B9
-MUL_LO: Final[i64] = 0x7F4A7C15
 # The mmap-mode memo: 2**MEMO_BITS entries holding at most MEMO_BUDGET bytes of sliced parts
 # (so its memory stays bounded whatever the file size; a part that does not fit is re-sliced).
 MEMO_BITS: Final[i64] = 16
 MEMO_BUDGET: Final[i64] = 32 << 20
 # The direct-mode memo (file read as one bytes): 2**DMEMO_BITS entries of 4 words, 1 MiB. A hit
 # costs one cache line instead of the random lines of the file (slot, then key, start, pick and
-# checked bit) that _lookup reads, most often cache and TLB misses too. On the WikiText replay
-# 2**13 entries (256 KiB) hit 62 % of lookups, 2**15 69 %, 2**16 73 %; 2**15 drafted fastest
-# from the 100 MB to 764 MB indexes (docs/performance.md, "The mapped index at every size").
+# checked bit) that _lookup reads, most often cache and TLB misses too. Bigger memos hit more
+# often but fall out of the CPU caches themselves: 2**15 drafted fastest at every index size
+# tried (docs/performance-log.md).
 DMEMO_BITS: Final[i64] = 15
 # The bitmap of checked parts (a bit per key, 32 per i64 word) is allocated in pages of
 # 2**CHECK_PAGE_BITS keys (1,024 words, 8 KiB), each on the first lookup in it: one bitmap of
@@ -68,206 +70,6 @@ CHECK_PAGE_BITS: Final[i64] = 15
 CHECK_PAGE_MASK: Final[i64] = (1 << (CHECK_PAGE_BITS - 5)) - 1
 SEARCH_AHEAD_MIN: Final[i64] = 32
 """Followers' binary search reads the next round's two probes ahead while more than this many are left."""
-
-
-def mul32(a: i64, b: i64) -> tuple[i64, i64]:
-    """(high 32 bits, low 32 bits) of ``a * b`` for ``0 <= a, b < 2**32``.
-
-    Computed from 16-bit pieces so no intermediate reaches 2**63: the same result compiled
-    (where i64 would silently wrap) and interpreted (where ints are unbounded).
-    """
-    al = a & 0xFFFF
-    ah = a >> 16
-    p1 = al * b
-    p2 = ah * b
-    s = p1 + ((p2 & 0xFFFF) << 16)
-    return (p2 >> 16) + (s >> 32), s & M32
-
-
-def static_slot(a: i32, b: i32, bits: i64) -> i64:
-    """Home slot of the 2-gram (a, b): ``((k * 0x9E3779B97F4A7C15) mod 2**64) >> (64 - bits)``.
-
-    ``k`` is the packed key ``(a << 32) | (b & 0xFFFFFFFF)`` as an unsigned 64-bit number.
-    """
-    hi = i64(a) & M32
-    lo = i64(b) & M32
-    h1, l1 = mul32(lo, MUL_LO)
-    # Named, not ``_``: mypyc types ``_`` as object and boxed both high halves (see _tables.filled_i32).
-    _h2, x1 = mul32(lo, MUL_HI)
-    _h3, x2 = mul32(hi, MUL_LO)
-    rhi = (h1 + x1 + x2) & M32
-    if bits <= 32:
-        return rhi >> (32 - bits)
-    return (rhi << (bits - 32)) | (l1 >> (64 - bits))
-
-
-def filled_i64(n: i64, value: i64) -> vec[i64]:
-    """A vec of ``n`` copies of ``value``."""
-    v = vec[i64](capacity=n)
-    for _i in range(n):  # not ``_``, which mypyc boxes: see _tables.filled_i32
-        v = append(v, value)
-    return v
-
-
-def align8(x: i64) -> i64:
-    """``x`` rounded up to a multiple of 8."""
-    return (x + 7) & ~7
-
-
-def static_pick(toks: vec[i32], cnts: vec[i64]) -> i32:
-    """Spec 3.2 on one part: the max-count follower (smallest id on ties), if >= 2 and >= 50 %."""
-    best = NULL32
-    mx: i64 = 0
-    total: i64 = 0
-    for j in range(len(toks)):
-        c = cnts[j]
-        t = toks[j]
-        if c > mx or (c == mx and t < best):
-            best = t
-            mx = c
-        total += c
-    if total < STATIC_MIN_SAMPLE or 100 * mx < STATIC_MIN_PERCENT * total:
-        return NULL32
-    return best
-
-
-def sort_pairs(toks: vec[i32], cnts: vec[i64]) -> None:
-    """Sort (token, count) pairs by token, in place (insertion sort; big parts go through ``sorted``)."""
-    n = i64(len(toks))
-    if n > 32:
-        order = sorted(range(n), key=lambda j: int(toks[j]))
-        t2 = vec[i32]([toks[j] for j in order])
-        c2 = vec[i64]([cnts[j] for j in order])
-        for j in range(n):
-            toks[j] = t2[j]
-            cnts[j] = c2[j]
-        return
-    for j in range(1, n):
-        t = toks[j]
-        c = cnts[j]
-        m = j - 1
-        while m >= 0 and toks[m] > t:
-            toks[m + 1] = toks[m]
-            cnts[m + 1] = cnts[m]
-            m -= 1
-        toks[m + 1] = t
-        cnts[m + 1] = c
-
-
-class IndexBuilder:
-    """Accumulates a static cache's 2-grams in key order and writes the index bytes."""
-
-    def __init__(self) -> None:
-        self.keys = vec[i64]()
-        self.starts = vec[i64]([0])
-        self.picks = vec[i32]()
-        self.tokens = vec[i32]()
-        self.counts = vec[i32]()
-        self.total: i64 = 0
-
-    def add(self, a: i32, b: i32, toks: vec[i32], cnts: vec[i64]) -> None:
-        """Add the next key (keys must come ascending) with its followers (any order)."""
-        sort_pairs(toks, cnts)
-        for j in range(len(toks)):
-            c = cnts[j]
-            if c <= 0 or c > INT32_MAX:
-                raise ValueError(f"count of follower {toks[j]} of ({a}, {b}) must be in 1..2**31-1, got {c}")
-            if j > 0 and toks[j] == toks[j - 1]:
-                raise ValueError(f"follower {toks[j]} of ({a}, {b}) is repeated")
-            self.tokens = append(self.tokens, toks[j])
-            self.counts = append(self.counts, i32(c))
-            self.total += c
-        self.keys = append(self.keys, pack(a, b))
-        self.picks = append(self.picks, static_pick(toks, cnts))
-        self.starts = append(self.starts, i64(len(self.tokens)))
-
-    def to_bytes(self, vocab_size: int = 0, vocab_fingerprint: bytes = bytes(8)) -> bytes:
-        """The complete file: header, then slots, keys, starts, picks, tokens, counts."""
-        n_keys = i64(len(self.keys))
-        n_entries = i64(len(self.tokens))
-        n_slots: i64 = 2
-        bits: i64 = 1
-        while n_slots < 2 * n_keys:
-            n_slots *= 2
-            bits += 1
-        slots = filled_i32(n_slots, NULL32)
-        mask = n_slots - 1
-        keys = self.keys
-        for o in range(n_keys):
-            kw = keys[o]
-            slots[empty_slot(slots, static_slot(i32(kw >> 32), low32(kw), bits), mask)] = i32(o)
-        w = BytesWriter()
-        pos: i64 = HEADER_SIZE
-        for j in range(n_slots):
-            write_i32_le(w, slots[j])
-        pos += 4 * n_slots
-        pos = pad_to(w, pos, align8(pos))
-        for j in range(n_keys):
-            write_i64_le(w, keys[j])
-        for j in range(n_keys + 1):
-            write_i64_le(w, self.starts[j])
-        pos += 8 * n_keys + 8 * (n_keys + 1)
-        for j in range(n_keys):
-            write_i32_le(w, self.picks[j])
-        pos += 4 * n_keys
-        pos = pad_to(w, pos, align8(pos))
-        for j in range(n_entries):
-            write_i32_le(w, self.tokens[j])
-        pos += 4 * n_entries
-        pos = pad_to(w, pos, align8(pos))
-        for j in range(n_entries):
-            write_i32_le(w, self.counts[j])
-        pos += 4 * n_entries
-        body = w.getvalue()
-        # Imported here, not at the top: hashlib loads OpenSSL's libcrypto, 3.7 MB of a replay's
-        # peak RSS (issue 10 item 4), and only writing an index needs it.
-        import hashlib
-
-        checksum = hashlib.blake2b(body, digest_size=8).digest()
-        header = HEADER.pack(
-            MAGIC, VERSION, HEADER_SIZE, 2, 0, n_keys, n_entries, n_slots, vocab_size,
-            vocab_fingerprint, int(self.total), pos, checksum, 0,
-        )  # fmt: skip
-        return header + body
-
-
-def pad_to(w: BytesWriter, pos: i64, target: i64) -> i64:
-    """Write zero bytes up to offset ``target``."""
-    while pos < target:
-        w.append(0)
-        pos += 1
-    return pos
-
-
-def index_bytes_from_cache(cache: NgramCache) -> bytes:
-    """Index bytes of a static cache (only 2-gram keys) built natively from a fast NgramCache."""
-    n = cache._n_keys_native()
-    order: list[int] = []
-    for kid in range(n):
-        w0 = cache._k0[kid]
-        if cache._k1[kid] != PAD_WORD:
-            raise ValueError("a static index holds only 2-gram keys; this cache has longer or shorter ones")
-        # Flip the low word's sign bit: then a signed compare of the i64 orders (t0, t1) signed.
-        order.append(int(w0 ^ 0x80000000))
-    order.sort()
-    b = IndexBuilder()
-    for s in order:
-        w0 = i64(s) ^ 0x80000000
-        kid = cache._find(w0, PAD_WORD)
-        toks = vec[i32]()
-        cnts = vec[i64]()
-        node = i64(cache._head[kid])
-        while node >= 0:
-            toks = append(toks, cache._ntok[node])
-            cnts = append(cnts, cache._count(node))
-            node = i64(cache._nnext[node])
-        b.add(i32(w0 >> 32), low32(w0), toks, cnts)
-    return b.to_bytes()
-
-
-def index_bytes_from_contents(contents: Iterable[tuple[Sequence[int], Iterable[tuple[int, int]]]]) -> bytes:
-    """Index bytes of static-cache contents (2-gram keys; repeated keys and followers are summed)."""
-    return index_bytes_from_cache(NgramCache.from_contents(contents))
 
 
 class StaticIndex(StaticSource):
@@ -395,22 +197,22 @@ class StaticIndex(StaticSource):
         p = os.fspath(path)
         with open_regular(p) as f:
             size = os.fstat(f.fileno()).st_size
-            return open_index_file(f.fileno(), p, size, f.read(HEADER_SIZE), in_memory)
+            return open_index_file(f.fileno(), p, size, f.read(INDEX_HEADER_SIZE), in_memory)
 
     @classmethod
     def from_bytes(cls, data: bytes, path: str = "<memory>") -> StaticIndex:
         """A static index over the bytes of an index file (``path`` names it in errors)."""
-        return StaticIndex(path, data[:HEADER_SIZE], len(data), data, None)
+        return StaticIndex(path, data[:INDEX_HEADER_SIZE], len(data), data, None)
 
     @classmethod
     def from_cache(cls, cache: NgramCache) -> StaticIndex:
         """Build an index in memory from a static cache (2-gram keys only)."""
-        return StaticIndex.from_bytes(index_bytes_from_cache(cache))
+        return StaticIndex.from_bytes(_index_write.index_bytes_from_cache(cache))
 
     @classmethod
     def from_contents(cls, contents: Iterable[tuple[Sequence[int], Iterable[tuple[int, int]]]]) -> StaticIndex:
         """Build an index in memory from (key, [(token, count), ...]) pairs of 2-gram keys."""
-        return StaticIndex.from_bytes(index_bytes_from_contents(contents))
+        return StaticIndex.from_bytes(_index_write.index_bytes_from_contents(contents))
 
     # --- raw reads ---------------------------------------------------------------------
 
@@ -884,7 +686,7 @@ def open_index_file(fd: int, p: str, size: int, header: bytes, in_memory: bool) 
                 data = b""  # the copy's last reference but the view's: close() unmaps it
                 copy.close()
             raise
-    if len(header) < HEADER_SIZE:
+    if len(header) < INDEX_HEADER_SIZE:
         return StaticIndex(p, header, size, b"", None)  # raises: too short
     view = map_bytes(fd, size)
     if view is not None:
@@ -929,7 +731,7 @@ def load_static(
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             refuse_empty_static(p)
-        header = f.read(HEADER_SIZE)
+        header = f.read(INDEX_HEADER_SIZE)
         fmt = format_of(header)
         if fmt == "lookupdec":
             ix = open_index_file(f.fileno(), p, size, header, in_memory)

@@ -2,8 +2,8 @@
 
 mypyc reads native integers only out of ``bytes`` (``librt.strings.read_i32_le`` compiles to
 a bounds check and one load); an ``mmap`` goes through slices, one Python object per read,
-which made a mapped static index ~1.3x slower to draft from than one copied into memory
-(docs/performance.md, "The mapped index"). Here the file is mapped read-only, shared, right
+which made a mapped static index slower to draft from than one copied into memory
+(docs/performance-log.md, "The mapped index"). Here the file is mapped read-only, shared, right
 after an anonymous page whose last bytes hold a CPython ``bytes`` object header (reference
 count, type, size, hash): the object's data *is* the mapping. Nothing is copied, opening stays
 O(1), only the pages drafting touches become resident and they are the page cache's, shared

@@ -178,6 +178,43 @@ def token_slots(keys: vec[i32], size: i64) -> vec[i32]:
     return slots
 
 
+# The home slot of a 2-gram in the lookupdec index and corpus files (their format's hash).
+# The hash multiplier 0x9E3779B97F4A7C15 as two 32-bit halves (see static_slot).
+MUL_HI: Final[i64] = 0x9E3779B9
+MUL_LO: Final[i64] = 0x7F4A7C15
+
+
+def mul32(a: i64, b: i64) -> tuple[i64, i64]:
+    """(high 32 bits, low 32 bits) of ``a * b`` for ``0 <= a, b < 2**32``.
+
+    Computed from 16-bit pieces so no intermediate reaches 2**63: the same result compiled
+    (where i64 would silently wrap) and interpreted (where ints are unbounded).
+    """
+    al = a & 0xFFFF
+    ah = a >> 16
+    p1 = al * b
+    p2 = ah * b
+    s = p1 + ((p2 & 0xFFFF) << 16)
+    return (p2 >> 16) + (s >> 32), s & M32
+
+
+def static_slot(a: i32, b: i32, bits: i64) -> i64:
+    """Home slot of the 2-gram (a, b): ``((k * 0x9E3779B97F4A7C15) mod 2**64) >> (64 - bits)``.
+
+    ``k`` is the packed key ``(a << 32) | (b & 0xFFFFFFFF)`` as an unsigned 64-bit number.
+    """
+    hi = i64(a) & M32
+    lo = i64(b) & M32
+    h1, l1 = mul32(lo, MUL_LO)
+    # Named, not ``_``: mypyc types ``_`` as object and boxed both high halves (see filled_i32).
+    _h2, x1 = mul32(lo, MUL_HI)
+    _h3, x2 = mul32(hi, MUL_LO)
+    rhi = (h1 + x1 + x2) & M32
+    if bits <= 32:
+        return rhi >> (32 - bits)
+    return (rhi << (bits - 32)) | (l1 >> (64 - bits))
+
+
 # The int32 count slots and their i64 side arrays (see the module docstring). The values only
 # grow, so a slot that escaped to the side array never comes back: every escaped value is past
 # INT32_MAX, which lets the legacy writer saturate an escaped slot without reading its value.
@@ -236,4 +273,12 @@ def zeros_i64(n: i64) -> vec[i64]:
     v = vec[i64](capacity=n)
     for _i in range(n):  # not ``_``, which mypyc boxes: see filled_i32
         v = append(v, 0)
+    return v
+
+
+def filled_i64(n: i64, value: i64) -> vec[i64]:
+    """A vec of ``n`` copies of ``value``."""
+    v = vec[i64](capacity=n)
+    for _i in range(n):  # not ``_``, which mypyc boxes: see filled_i32
+        v = append(v, value)
     return v

@@ -15,7 +15,7 @@ import numpy as np
 from lookupdec._atomic import atomic_writer
 from lookupdec.errors import CacheFormatError
 from lookupdec.formats._tables import I32Array, I64Array, Table, check_runs, pack_keys, run_indices
-from lookupdec.formats.detect import MAGIC_LOOKUPDEC, NULL, ContentsItem, Key, open_regular
+from lookupdec.formats.detect import NULL, ContentsItem, Key, open_regular
 from lookupdec.formats.index_header import (
     _OFF_CHECKSUM,
     _OFF_FLAGS,
@@ -23,6 +23,7 @@ from lookupdec.formats.index_header import (
     _OFF_TOTAL_COUNT,
     _align8,
     check_part,
+    pack_index_header,
 )
 from lookupdec.formats.index_header import (
     INDEX_HEADER_SIZE as INDEX_HEADER_SIZE,
@@ -40,7 +41,6 @@ from lookupdec.rules import INT32_MAX, INT32_MIN
 
 _HASH_MULT: Final = 0x9E3779B97F4A7C15
 _MASK64: Final = (1 << 64) - 1
-_INDEX_HEADER = struct.Struct("<8sIIIIQQQQ8sQQ8sQ")
 
 
 def _index_checksum(body: bytes | memoryview) -> bytes:
@@ -360,12 +360,7 @@ def write_index(
     hasher = hashlib.blake2b(digest_size=8)
     for s in sections:
         hasher.update(s)
-    header = _INDEX_HEADER.pack(
-        MAGIC_LOOKUPDEC,
-        INDEX_VERSION,
-        INDEX_HEADER_SIZE,
-        2,
-        0,
+    header = pack_index_header(
         n_keys,
         n_entries,
         n_slots,
@@ -374,7 +369,6 @@ def write_index(
         int(counts.astype(np.int64).sum()),
         pos,
         hasher.digest(),
-        0,
     )
     with atomic_writer(path) as f:
         f.write(header)

@@ -122,6 +122,37 @@ def index_header(path: str | os.PathLike[str], head: Any, real_size: int) -> _In
     return h
 
 
+def read_index_vocab(path: str | os.PathLike[str]) -> tuple[int, bytes] | None:
+    """``(vocab_size, fingerprint)`` from a lookupdec index's header, or None for a file of another format.
+
+    Reads the first bytes only, unchecked beyond the magic: the opener checks the rest.
+    """
+    with open(path, "rb") as file:
+        head = file.read(INDEX_HEADER_SIZE)
+    if len(head) < INDEX_HEADER_SIZE or head[:8] != MAGIC_LOOKUPDEC:
+        return None
+    fields = _INDEX_HEADER.unpack(head)
+    return int(fields[8]), bytes(fields[9])
+
+
+def pack_index_header(
+    n_keys: int,
+    n_entries: int,
+    n_slots: int,
+    vocab_size: int,
+    vocab_fingerprint: bytes,
+    total_count: int,
+    file_size: int,
+    checksum: bytes,
+) -> bytes:
+    """The 96-byte header of a lookupdec index (version :data:`INDEX_VERSION`, 2-grams, no flags):
+    what every writer puts before the body it describes."""
+    return _INDEX_HEADER.pack(
+        MAGIC_LOOKUPDEC, INDEX_VERSION, INDEX_HEADER_SIZE, 2, 0, n_keys, n_entries, n_slots, vocab_size,
+        vocab_fingerprint, total_count, file_size, checksum, 0,
+    )  # fmt: skip
+
+
 def spec_pick(tokens: Sequence[int], counts: Sequence[int]) -> int:
     """Spec 3.2 on one part (tokens ascending): the max-count follower, smallest id on ties, or -1."""
     best, mx, total = -1, 0, 0
