@@ -32,7 +32,7 @@ from lookupdec._shared_file import merge_into_file
 from lookupdec.errors import RequestClosedError, VocabularyError
 from lookupdec.formats.index_header import read_index_vocab
 from lookupdec.result import common_prefix, tree_nodes
-from lookupdec.rules import INT32_MAX, check_policy
+from lookupdec.rules import INT32_MAX, NGRAM_MAX, NGRAM_MIN, check_policy
 
 
 class Cache(Protocol):
@@ -73,25 +73,106 @@ class Tally:
         self.open = 0
 
 
+class CacheType(Protocol):
+    """An implementation's ``NgramCache`` class: called for an empty cache, ``load`` reads a file."""
+
+    def __call__(self) -> Cache: ...
+
+    def load(self, path: str, /) -> Cache:
+        """Read a cache file in llama.cpp's format."""
+
+
 @dataclass(frozen=True)
 class Primitives:
-    """One implementation's n-gram operations, as the lifecycle calls them."""
+    """What an implementation gives the lifecycle: its cache class and its drafting operations."""
 
     name: str
-    new_cache: Callable[[], Cache]
-    load_cache: Callable[[str], Cache]
+    cache: CacheType
     draft: DraftFunction
     load_static: Callable[..., Any]
-    ngram_min: int
-    ngram_max: int
     new_hybrid: Callable[[int | None], Any] | None = None
     """A fresh ``HybridState`` over a ``SuffixHistory`` of at most that many tokens (None: its
     default); None when the implementation has no hybrid policy."""
     new_tally: Callable[[], Any] = Tally
     """A fresh set of counters with :class:`Tally`'s fields (the one requests of ``new_request`` update)."""
-    new_request: Callable[[Drafter, Iterable[int]], Any] | None = None
+    new_request: Callable[[RequestHost, Iterable[int]], Any] | None = None
     """A request of the ``"llama"`` policy with :class:`Request`'s API (e.g. compiled with the
-    caches); None: :class:`Request`."""
+    caches), made from the Drafter's :class:`RequestHost`; None: :class:`Request`."""
+
+
+class RequestHost:
+    """What a request uses of its Drafter: the one seam between a Drafter and its requests.
+
+    A :class:`Drafter` keeps the state its requests share here; the requests (:class:`Request`,
+    or an implementation's own such as the compiled ``lookupdec.fast._request.Request``) hold
+    this object, not the Drafter, and use only the names below.
+    """
+
+    __slots__ = ("added", "cache", "draft", "dynamic", "hybrid", "id_limit", "n_draft", "owner", "static", "tally",
+                 "vocab_size", "waiting")  # fmt: skip
+
+    def __init__(
+        self, p: Primitives, n_draft: int, vocab_size: int | None, policy: str, history_tokens: int | None
+    ) -> None:
+        self.cache = p.cache
+        """The implementation's cache class."""
+        self.draft = p.draft
+        """The implementation's ``draft`` (read by every proposal: an attribute, not a lookup)."""
+        self.n_draft = n_draft
+        """Tokens a proposal holds at most (the Drafter's ``n_draft``)."""
+        self.vocab_size = vocab_size
+        self.id_limit = vocab_size if vocab_size is not None else INT32_MAX + 1
+        """Token ids must be below this."""
+        self.static: Any = None
+        """The static cache (set by the Drafter once opened)."""
+        self.dynamic: Cache = p.cache()
+        """The dynamic cache requests draft from (``Drafter.save`` may replace it)."""
+        self.added: Cache | None = None
+        """What ended requests added since the last save; None while ``dynamic`` holds exactly that."""
+        self.tally: Any = p.new_tally()
+        """The Drafter's counters (:class:`Tally`'s fields)."""
+        self.hybrid: Any = p.new_hybrid(history_tokens) if policy == "hybrid" and p.new_hybrid else None
+        """The hybrid policy's ``HybridState`` (None for ``"llama"``)."""
+        self.owner: Request | None = None
+        """The request whose tokens the hybrid history is following (the *history owner*)."""
+        self.waiting: list[list[int]] = []
+        """Tokens of requests that ended while the owner was open: they join the history after it."""
+
+    def check_ids(self, ids: Sequence[int], what: str) -> None:
+        """VocabularyError naming the first of ``ids`` outside ``0 <= id < id_limit`` (``what`` names them)."""
+        if ids and (min(ids) < 0 or max(ids) >= self.id_limit):
+            for i, t in enumerate(ids):
+                if t < 0 or t >= self.id_limit:
+                    bound = f"the vocabulary size {self.vocab_size}" if self.vocab_size is not None else "2^31"
+                    raise VocabularyError(f"{what} {i} is {t}: token ids must be >= 0 and below {bound}")
+
+    def end(self, context: Cache) -> None:
+        """A request ended: its context cache joins the dynamic cache (and what the next save adds)."""
+        self.dynamic.merge(context)
+        if self.added is not None:
+            self.added.merge(context)
+        self.tally.open -= 1
+
+    def claim_history(self, request: Request) -> None:
+        """Make ``request`` the history owner: a new request in the suffix history."""
+        self.hybrid.begin_request()
+        self.owner = request
+
+    def history_end(self, request: Request) -> None:
+        """``request`` ended: its tokens complete the history (now, or after the owner's)."""
+        state = self.hybrid
+        if request is self.owner:
+            state.sync(request._tokens)
+            self.owner = None
+            waiting, self.waiting = self.waiting, []
+            for tokens in waiting:
+                state.begin_request()
+                state.sync(tokens)
+        elif self.owner is None:
+            state.begin_request()
+            state.sync(request._tokens)
+        else:
+            self.waiting.append(request._tokens)
 
 
 @dataclass(frozen=True)
@@ -179,46 +260,29 @@ class Drafter:
             raise ValueError("history_tokens bounds the hybrid policy's history: give it with policy='hybrid'")
         if corpus is not None and policy != "hybrid":
             raise ValueError("corpus is matched by the hybrid policy: give it with policy='hybrid'")
-        self.n_draft = n_draft
-        """Tokens a proposal holds at most (``propose(k)`` asks for fewer or more)."""
+        host = RequestHost(p, n_draft, vocab_size, policy, history_tokens)
+        self._host = host
         self.policy = policy
         """The drafting policy."""
         self.vocab_size = vocab_size
         """Token ids must be below this (None: any int32 id >= 0)."""
-        self._id_limit = vocab_size if vocab_size is not None else INT32_MAX + 1
-        self._static = self._open_static(static, vocab_fingerprint, in_memory)
+        host.static = self._open_static(static, vocab_fingerprint, in_memory)
         self._dynamic_path: str | None = None
         self._owns_dynamic = True
-        # What ended requests added since the last save. None while the dynamic cache holds
-        # exactly that (it started empty and nothing was saved yet): one merge per request end
-        # instead of two.
-        self._added: Cache | None = None
-        if dynamic is None:
-            self._dynamic = p.new_cache()
-        elif isinstance(dynamic, (str, os.PathLike)):
+        if isinstance(dynamic, (str, os.PathLike)):
             self._dynamic_path = os.fspath(dynamic)
-            exists = os.path.exists(self._dynamic_path) and os.path.getsize(self._dynamic_path) > 0
-            self._dynamic = p.load_cache(self._dynamic_path) if exists else p.new_cache()
-            if exists:
-                self._added = p.new_cache()
-        else:
-            self._dynamic = dynamic
+            if os.path.exists(self._dynamic_path) and os.path.getsize(self._dynamic_path) > 0:
+                host.dynamic = p.cache.load(self._dynamic_path)
+                host.added = p.cache()
+        elif dynamic is not None:
+            host.dynamic = dynamic
             self._owns_dynamic = False
-            self._added = p.new_cache()
-        # The primitives as instance attributes: each propose reads them (a hot path).
-        self._draft = p.draft
-        self._ngram_min = p.ngram_min
-        self._ngram_max = p.ngram_max
-        self._tally = p.new_tally()
+            host.added = p.cache()
         # The implementation's own request class, if any (the hybrid policy's bookkeeping is
         # the shared Request's).
         self._new_request = p.new_request if policy == "llama" else None
-        # The hybrid policy's state (None for "llama"), the request whose tokens its history is
-        # following, and the tokens of requests that ended while that one was open: they join
-        # the history after it, so that a request's tokens stay contiguous there.
-        self._hybrid: Any = p.new_hybrid(history_tokens) if policy == "hybrid" and p.new_hybrid else None
         if corpus is not None:
-            state: Any = self._hybrid  # the implementation's HybridState (policy is "hybrid" here)
+            state: Any = host.hybrid  # the implementation's HybridState (policy is "hybrid" here)
             if isinstance(corpus, (str, os.PathLike)):
                 path = os.fspath(corpus)
                 self._check_corpus_file(path, vocab_fingerprint)
@@ -229,17 +293,15 @@ class Drafter:
                 # an int32 array (a token file as lookupdec reads it) as it is: no list of ints
                 is_i32 = isinstance(corpus, array) and corpus.typecode == "i" and corpus.itemsize == 4
                 ids = corpus if is_i32 else [operator.index(t) for t in cast(Iterable[int], corpus)]
-                self._check_ids(cast(Sequence[int], ids), "corpus token")
+                host.check_ids(cast(Sequence[int], ids), "corpus token")
                 state.history.add_corpus(ids)
-        self._hybrid_owner: Request | None = None
-        self._hybrid_waiting: list[list[int]] = []
 
     def _open_static(
         self, static: str | os.PathLike[str] | PartSource | None, fingerprint: bytes | None, in_memory: bool
     ) -> Any:
         p = self.primitives
         if static is None:
-            return p.new_cache()
+            return p.cache()
         if isinstance(static, (str, os.PathLike)):
             path = os.fspath(static)
             if fingerprint is not None and os.path.isfile(path):
@@ -261,34 +323,46 @@ class Drafter:
         """
         if self._new_request is not None:
             # The implementation's request has Request's API (lookupdec.fast's is compiled).
-            return cast(Request, self._new_request(self, prompt))
+            return cast(Request, self._new_request(self._host, prompt))
         return Request(self, prompt)
+
+    @property
+    def n_draft(self) -> int:
+        """Tokens a proposal holds at most (``propose(k)`` asks for fewer or more); may be changed."""
+        return self._host.n_draft
+
+    @n_draft.setter
+    def n_draft(self, n: int) -> None:
+        n = operator.index(n)
+        if n < 0:
+            raise ValueError(f"n_draft must be >= 0, got {n}")
+        self._host.n_draft = n
 
     @property
     def stats(self) -> DrafterStats:
         """Counts over every request so far (a snapshot)."""
-        t = self._tally
+        t = self._host.tally
         return DrafterStats(t.requests, t.proposals, t.n_drafted, t.n_accept)
 
     @property
     def open_requests(self) -> int:
         """Requests started and not yet ended."""
-        return int(self._tally.open)
+        return int(self._host.tally.open)
 
     @property
     def dynamic(self) -> Cache:
         """The dynamic cache requests draft from (ended requests are merged into it)."""
-        return self._dynamic
+        return self._host.dynamic
 
     @property
     def static(self) -> Any:
         """The static cache (an empty cache when none was given)."""
-        return self._static
+        return self._host.static
 
     @property
     def policy_state(self) -> Any:
         """The hybrid policy's ``HybridState`` (its ``history``, ``threshold``, ...); None for ``"llama"``."""
-        return self._hybrid
+        return self._host.hybrid
 
     @property
     def dynamic_path(self) -> str | None:
@@ -312,42 +386,13 @@ class Drafter:
             target = self._dynamic_path
         else:
             target = os.fspath(path)
-        p = self.primitives
-        added = self._added if self._added is not None else self._dynamic
-        written = merge_into_file(target, added, p.load_cache, p.new_cache)
-        self._added = p.new_cache()
+        host = self._host
+        added = host.added if host.added is not None else host.dynamic
+        written = merge_into_file(target, added, host.cache.load, host.cache)
+        host.added = host.cache()
         if self._owns_dynamic and target == self._dynamic_path:
             # Draft from what every process has saved so far, not only from this one's counts.
-            self._dynamic = written
-
-    def _end(self, context: Cache) -> None:
-        self._dynamic.merge(context)
-        if self._added is not None:
-            self._added.merge(context)
-        self._tally.open -= 1
-
-    # --- the hybrid policy's history ----------------------------------------------------
-
-    def _claim_history(self, request: Request) -> None:
-        """Make ``request`` the history owner: a new request in the suffix history."""
-        self._hybrid.begin_request()
-        self._hybrid_owner = request
-
-    def _history_end(self, request: Request) -> None:
-        """``request`` ended: its tokens complete the history (now, or after the owner's)."""
-        state = self._hybrid
-        if request is self._hybrid_owner:
-            state.sync(request._tokens)
-            self._hybrid_owner = None
-            waiting, self._hybrid_waiting = self._hybrid_waiting, []
-            for tokens in waiting:
-                state.begin_request()
-                state.sync(tokens)
-        elif self._hybrid_owner is None:
-            state.begin_request()
-            state.sync(request._tokens)
-        else:
-            self._hybrid_waiting.append(request._tokens)
+            host.dynamic = written
 
     def _check_corpus_file(self, path: str, fingerprint: bytes | None) -> None:
         """The corpus file's header (checked: CacheFormatError) against the vocabulary, if known."""
@@ -366,17 +411,10 @@ class Drafter:
                 f"more than the vocabulary size {self.vocab_size}"
             )
 
-    def _check_ids(self, ids: Sequence[int], what: str) -> None:
-        if ids and (min(ids) < 0 or max(ids) >= self._id_limit):
-            for i, t in enumerate(ids):
-                if t < 0 or t >= self._id_limit:
-                    bound = f"the vocabulary size {self.vocab_size}" if self.vocab_size is not None else "2^31"
-                    raise VocabularyError(f"{what} {i} is {t}: token ids must be >= 0 and below {bound}")
-
     def __repr__(self) -> str:
         return (
-            f"<{self.primitives.name}.Drafter n_draft={self.n_draft} policy={self.policy} open={self._tally.open} "
-            f"requests={self._tally.requests} dynamic={self._dynamic_path or 'memory'}>"
+            f"<{self.primitives.name}.Drafter n_draft={self.n_draft} policy={self.policy} open={self._host.tally.open} "
+            f"requests={self._host.tally.requests} dynamic={self._dynamic_path or 'memory'}>"
         )
 
 
@@ -394,7 +432,7 @@ class Request:
 
     __slots__ = (
         "_context",
-        "_drafter",
+        "_host",
         "_matched",
         "_observing",
         "_proposal",
@@ -406,11 +444,12 @@ class Request:
     )
 
     def __init__(self, drafter: Drafter, prompt: Iterable[int] = ()) -> None:
+        host = drafter._host
         tokens = [operator.index(t) for t in prompt]
-        drafter._check_ids(tokens, "prompt token")
-        self._drafter = drafter
+        host.check_ids(tokens, "prompt token")
+        self._host = host
         self._tokens = tokens
-        self._context: Cache | None = drafter.primitives.new_cache()
+        self._context: Cache | None = host.cache()
         self._context.update(tokens, len(tokens))
         self._proposal: list[int] = []
         self._matched = -1  # proposal tokens confirmed so far; -1: no live proposal
@@ -423,10 +462,10 @@ class Request:
         """Tokens this request proposed."""
         self.n_accept = 0
         """Proposed tokens this request's ``extend`` calls confirmed."""
-        drafter._tally.requests += 1
-        drafter._tally.open += 1
-        if drafter._hybrid is not None and drafter._hybrid_owner is None:
-            drafter._claim_history(self)
+        host.tally.requests += 1
+        host.tally.open += 1
+        if host.hybrid is not None and host.owner is None:
+            host.claim_history(self)
 
     @property
     def tokens(self) -> Sequence[int]:
@@ -448,28 +487,28 @@ class Request:
         context = self._context  # inline checks, not a helper call: propose and extend run every step
         if context is None:
             raise RequestClosedError("propose() on a request that has ended")
-        d = self._drafter
+        d = self._host
         n = d.n_draft if k is None else operator.index(k)
         if n < 0:
             raise ValueError(f"k must be >= 0, got {n}")
         tokens = self._tokens
-        state = d._hybrid
+        state = d.hybrid
         observing = False
         if state is not None:
             if self._observing:  # the last proposal's verdict never came: what extend confirmed
                 self._observe(self._observed_prefix())
-            if d._hybrid_owner is None:
-                d._claim_history(self)
+            if d.owner is None:
+                d.claim_history(self)
             observing = bool(tokens)
         if observing:
             # The history owner's tokens are the history's current request; a request open at
             # the same time matches its own last tokens against the history instead.
-            propose = state.propose if d._hybrid_owner is self else state.propose_detached
-            proposal: list[int] = propose(tokens, n, context, d._dynamic, d._static)
+            propose = state.propose if d.owner is self else state.propose_detached
+            proposal: list[int] = propose(tokens, n, context, d.dynamic, d.static)
             drafted_len = len(proposal)
         elif tokens and n > 0:
             drafted = [tokens[-1]]
-            d._draft(tokens, drafted, n, d._ngram_min, d._ngram_max, context, d._dynamic, d._static)
+            d.draft(tokens, drafted, n, NGRAM_MIN, NGRAM_MAX, context, d.dynamic, d.static)
             proposal = drafted[1:]
         else:
             proposal = []
@@ -490,7 +529,7 @@ class Request:
         self._tree = None
         self._matched = 0
         self.n_drafted += len(proposal)
-        tally = d._tally
+        tally = d.tally
         tally.proposals += 1
         tally.n_drafted += len(proposal)
         return proposal
@@ -511,8 +550,8 @@ class Request:
         context = self._context
         if context is None:
             raise RequestClosedError("propose_tree() on a request that has ended")
-        d = self._drafter
-        state = d._hybrid
+        d = self._host
+        state = d.hybrid
         if state is None:
             raise ValueError("propose_tree() needs a Drafter(policy='hybrid'): llama.cpp's rule drafts one branch")
         n = d.n_draft if k is None else operator.index(k)
@@ -523,12 +562,12 @@ class Request:
         tokens = self._tokens
         if self._observing:  # the last proposal's verdict never came: what extend confirmed
             self._observe(self._observed_prefix())
-        if d._hybrid_owner is None:
-            d._claim_history(self)
+        if d.owner is None:
+            d.claim_history(self)
         tree: list[list[int]] = []
         if tokens:
-            detached = d._hybrid_owner is not self  # as in propose: it matches its own last tokens
-            tree = state.propose_tree(tokens, n, context, d._dynamic, d._static, branches, detached)
+            detached = d.owner is not self  # as in propose: it matches its own last tokens
+            tree = state.propose_tree(tokens, n, context, d.dynamic, d.static, branches, detached)
             drafted_len = len(tree[0]) if tree else 0
             if stop:
                 tree = _cut_tree(tree, stop)
@@ -545,7 +584,7 @@ class Request:
         self._matched = 0
         nodes = tree_nodes(tree)
         self.n_drafted += nodes
-        tally = d._tally
+        tally = d.tally
         tally.proposals += 1
         tally.n_drafted += nodes
         return [list(b) for b in tree]  # copies: the request keeps its own
@@ -563,14 +602,14 @@ class Request:
         new = list(ids)
         if not new:
             return
-        d = self._drafter
-        limit = d._id_limit
+        d = self._host
+        limit = d.id_limit
         # A plain loop: for the usual 1-9 plain ints it costs a fraction of a list comprehension.
         for t in new:
             if type(t) is not int or t < 0 or t >= limit:
                 # numpy integers become ints; floats raise TypeError (the reference would take them)
                 new = [operator.index(x) for x in new]
-                d._check_ids(new, "token")
+                d.check_ids(new, "token")
                 break
         matched = self._matched
         if matched >= 0 and self._tree is not None:
@@ -588,7 +627,7 @@ class Request:
                 matched += accepted
             self._matched = matched
             self.n_accept += accepted
-            d._tally.n_accept += accepted
+            d.tally.n_accept += accepted
             if self._observing and (matched < 0 or matched == len(proposal)):
                 self._observe(confirmed + accepted)  # the verdict: how much of it was accepted
         tokens = self._tokens
@@ -601,15 +640,15 @@ class Request:
         context = self._context
         if context is None:
             return
-        d = self._drafter
-        if d._hybrid is not None:
+        d = self._host
+        if d.hybrid is not None:
             if self._observing:
                 self._observe(self._observed_prefix())
-            d._history_end(self)
+            d.history_end(self)
         self._context = None
         self._proposal = []
         self._matched = -1
-        d._end(context)
+        d.end(context)
 
     def _extend_tree(self, new: list[int]) -> None:
         """:meth:`extend`'s confirmation for a tree proposal: along the branches that match longest."""
@@ -630,7 +669,7 @@ class Request:
             self._matched = -1
             self._tree = [max(tree, key=lambda b: common_prefix(b[matched:], new))[: matched + accepted]]
         self.n_accept += accepted
-        self._drafter._tally.n_accept += accepted
+        self._host.tally.n_accept += accepted
         if self._observing and self._matched < 0:
             self._observe(self._observed_prefix())  # the verdict: branch 0's share of the accepted tokens
 
@@ -645,7 +684,7 @@ class Request:
 
     def _observe(self, n_accepted: int) -> None:
         """Tell the hybrid policy that ``n_accepted`` tokens of this request's proposal were accepted."""
-        state = self._drafter._hybrid
+        state = self._host.hybrid
         state.resume_step(self._step)
         state.observe(n_accepted)
         self._observing = False

@@ -1,4 +1,4 @@
-"""Rules shared by both implementations and the tools: the int32 range, the drafting policies, their options.
+"""Rules shared by both implementations and the tools: the int32 range, n-gram sizes, the policies, their options.
 
 Standard library only (the reference imports it). Each rule and its error message is defined
 here once; the implementations, the :class:`~lookupdec.Drafter` and the command line call these.
@@ -12,6 +12,15 @@ INT32_MIN: Final = -(2**31)
 """The smallest int32: llama.cpp's token ids, counts and scores are int32."""
 INT32_MAX: Final = 2**31 - 1
 """The largest int32 (the largest count a cache file holds)."""
+
+NGRAM_MIN: Final = 1
+"""Smallest n-gram size drafting uses."""
+NGRAM_MAX: Final = 4
+"""Largest n-gram size drafting uses (and the number of slots in a key)."""
+NGRAM_STATIC: Final = 2
+"""The n-gram size of a static cache."""
+TOKEN_NULL: Final = -1
+"""Padding for unused key slots, and "no token" (llama.cpp's ``LLAMA_TOKEN_NULL``)."""
 
 POLICIES: Final = ("llama", "hybrid")
 """The drafting policies: llama.cpp's rule (the default, exact) and the hybrid policy."""

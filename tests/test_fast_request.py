@@ -79,7 +79,7 @@ def test_compiled_request_follows_the_drafter() -> None:
     other = fast.Drafter(n_draft=4)
     for _ in range(3):
         other.request([5, 6, 7, 8, 5, 6, 7, 8]).end()  # its dynamic cache now knows 5 6 -> 7 -> 8
-    drafter._dynamic = other.dynamic
+    drafter._host.dynamic = other.dynamic
     expected = _lifecycle.Request(drafter, [9, 5, 6]).propose()
     assert expected  # drafted from the new dynamic cache
     with drafter.request([9, 5, 6]) as req:

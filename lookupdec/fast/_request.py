@@ -60,7 +60,7 @@ class Request:
     """Tokens this request proposed."""
     n_accept: i64
     """Proposed tokens this request's ``extend`` calls confirmed."""
-    _drafter: Any  # the lifecycle's Drafter (interpreted): read for n_draft, the dynamic cache, end()
+    _host: Any  # the Drafter's lookupdec._lifecycle.RequestHost (interpreted): n_draft, the caches, end()
     _tally: Tally
     _static: StaticSource
     _limit: i64
@@ -69,16 +69,16 @@ class Request:
     _proposal: list[int]
     _matched: i64  # proposal tokens confirmed so far; -1: no live proposal
 
-    def __init__(self, drafter: Any, prompt: Iterable[int] = ()) -> None:
+    def __init__(self, host: Any, prompt: Iterable[int] = ()) -> None:
         tokens = [operator.index(t) for t in prompt]
-        drafter._check_ids(tokens, "prompt token")
-        tally = drafter._tally
+        host.check_ids(tokens, "prompt token")
+        tally = host.tally
         if not isinstance(tally, Tally):
             raise TypeError("lookupdec.fast's Request needs a Drafter whose counters are lookupdec.fast's Tally")
-        self._drafter = drafter
+        self._host = host
         self._tally = tally
-        self._static = require_static_source(drafter._static)
-        self._limit = drafter._id_limit
+        self._static = require_static_source(host.static)
+        self._limit = host.id_limit
         self._tokens = tokens
         context = NgramCache()
         context.update(tokens, len(tokens))
@@ -108,7 +108,7 @@ class Request:
         context = self._context
         if context is None:
             raise RequestClosedError("propose() on a request that has ended")
-        d = self._drafter
+        d = self._host
         n: i64 = d.n_draft if k is None else operator.index(k)
         if n < 0:
             raise ValueError(f"k must be >= 0, got {n}")
@@ -116,7 +116,7 @@ class Request:
         proposal: list[int] = []
         if len(tokens) >= 2 and n > 0:
             # The dynamic cache is read at each step: Drafter.save() may replace it.
-            dynamic = require_cache(d._dynamic, "nc_dynamic")
+            dynamic = require_cache(d.dynamic, "nc_dynamic")
             draft_list(tokens, proposal, n, NGRAM_MIN, NGRAM_MAX, context, dynamic, self._static)
             if stop:
                 for i, t in enumerate(proposal):
@@ -162,7 +162,7 @@ class Request:
         else:
             # numpy integers become ints; floats raise TypeError; the Drafter words range errors.
             new = [operator.index(cast(Any, x)) for x in raw]
-            self._drafter._check_ids(new, "token")
+            self._host.check_ids(new, "token")
         matched = self._matched
         if matched >= 0:
             proposal = self._proposal
@@ -191,7 +191,7 @@ class Request:
         self._context = None
         self._proposal = []
         self._matched = -1
-        self._drafter._end(context)
+        self._host.end(context)
 
     def __enter__(self) -> Request:
         return self
@@ -206,9 +206,9 @@ class Request:
         return f"<Request {state} tokens={len(self._tokens)} drafted={self.n_drafted} accepted={self.n_accept}>"
 
 
-def new_request(drafter: Any, prompt: Iterable[int]) -> Request:
-    """A compiled request of ``drafter`` (a ``lookupdec.fast.Drafter`` with the llama policy)."""
-    return Request(drafter, prompt)
+def new_request(host: Any, prompt: Iterable[int]) -> Request:
+    """A compiled request of the Drafter whose ``RequestHost`` is ``host`` (the llama policy)."""
+    return Request(host, prompt)
 
 
 __all__ = ["Request", "Tally", "new_request"]

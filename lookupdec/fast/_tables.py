@@ -15,16 +15,10 @@ from mypy_extensions import i32, i64
 # Final ints of the rules module: mypyc folds their values into the C code here.
 from lookupdec.rules import INT32_MAX as INT32_MAX
 from lookupdec.rules import INT32_MIN as INT32_MIN
-
-# llama.cpp's n-gram sizes and its null token (spec 2), which every layer above shares.
-NGRAM_MIN: Final = 1
-"""Smallest n-gram size drafting uses."""
-NGRAM_MAX: Final = 4
-"""Largest n-gram size drafting uses (and the number of slots in a key)."""
-NGRAM_STATIC: Final = 2
-"""The n-gram size of a static cache."""
-TOKEN_NULL: Final = -1
-"""Padding for unused key slots, and "no token" (llama.cpp's ``LLAMA_TOKEN_NULL``)."""
+from lookupdec.rules import NGRAM_MAX as NGRAM_MAX
+from lookupdec.rules import NGRAM_MIN as NGRAM_MIN
+from lookupdec.rules import NGRAM_STATIC as NGRAM_STATIC
+from lookupdec.rules import TOKEN_NULL as TOKEN_NULL
 
 M32: Final[i64] = 0xFFFFFFFF
 TWO32: Final[i64] = 4294967296

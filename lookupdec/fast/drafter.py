@@ -14,7 +14,6 @@ from lookupdec.fast._history import SuffixHistory
 from lookupdec.fast._hybrid import HybridState
 from lookupdec.fast._index import load_static
 from lookupdec.fast._request import Tally, new_request
-from lookupdec.fast._tables import NGRAM_MAX, NGRAM_MIN
 
 
 def new_hybrid(max_tokens: int | None) -> HybridState:
@@ -25,9 +24,7 @@ def new_hybrid(max_tokens: int | None) -> HybridState:
 class Drafter(_lifecycle.Drafter):
     """A request-level drafter over the fast path's caches (see :class:`lookupdec._lifecycle.Drafter`)."""
 
-    primitives = _lifecycle.Primitives(
-        "fast", NgramCache, NgramCache.load, draft, load_static, NGRAM_MIN, NGRAM_MAX, new_hybrid, Tally, new_request
-    )
+    primitives = _lifecycle.Primitives("fast", NgramCache, draft, load_static, new_hybrid, Tally, new_request)
 
 
 __all__ = ["Drafter"]

@@ -14,16 +14,10 @@ from lookupdec.errors import CacheFormatError, TokenRangeError
 from lookupdec.formats.detect import detect_format, read_all
 from lookupdec.formats.legacy import decode_legacy, write_legacy
 from lookupdec.rules import INT32_MAX, INT32_MIN
-
-NGRAM_MIN = 1
-"""Smallest n-gram size drafting uses."""
-NGRAM_MAX = 4
-"""Largest n-gram size drafting uses (and the number of slots in a key)."""
-NGRAM_STATIC = 2
-"""The n-gram size of a static cache."""
-TOKEN_NULL = -1
-"""Padding for unused key slots (llama.cpp's ``LLAMA_TOKEN_NULL``)."""
-
+from lookupdec.rules import NGRAM_MAX as NGRAM_MAX  # re-exported: the reference's modules read them here
+from lookupdec.rules import NGRAM_MIN as NGRAM_MIN
+from lookupdec.rules import NGRAM_STATIC as NGRAM_STATIC
+from lookupdec.rules import TOKEN_NULL as TOKEN_NULL
 
 Key = tuple[int, int, int, int]
 """A padded 4-slot n-gram key."""

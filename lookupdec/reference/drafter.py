@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lookupdec import _lifecycle
-from lookupdec.reference.cache import NGRAM_MAX, NGRAM_MIN, NgramCache
+from lookupdec.reference.cache import NgramCache
 from lookupdec.reference.draft import draft
 from lookupdec.reference.files import load_static
 from lookupdec.reference.history import SuffixHistory
@@ -18,9 +18,7 @@ def new_hybrid(max_tokens: int | None) -> HybridState:
 class Drafter(_lifecycle.Drafter):
     """A request-level drafter over the reference's caches (see :class:`lookupdec._lifecycle.Drafter`)."""
 
-    primitives = _lifecycle.Primitives(
-        "reference", NgramCache, NgramCache.load, draft, load_static, NGRAM_MIN, NGRAM_MAX, new_hybrid
-    )
+    primitives = _lifecycle.Primitives("reference", NgramCache, draft, load_static, new_hybrid)
 
 
 __all__ = ["Drafter"]
