@@ -29,7 +29,7 @@ from pathlib import Path
 
 EXT = re.compile(r"\.(so|pyd)$")
 WHEEL_ALLOWED = re.compile(r"^(lookupdec/|lookupdec__mypyc\.[^/]+\.(so|pyd)$|lookupdec-[^/]+\.dist-info/)")
-# Top-level folders only: ``lookupdec/build/`` is a subpackage (bounded-memory create), not build output.
+# Top-level folders only: build tools write their output there, never inside the package.
 WHEEL_FORBIDDEN = re.compile(r"(\.c|\.o|\.h)$|^(build|tests|perf|build_backend|\.ci)/|\.egg-info/")
 SDIST_REQUIRED = ("setup.py", "pyproject.toml", "build_backend/lookupdec_build.py", "lookupdec/fast/_core.py")
 SDIST_FORBIDDEN = re.compile(r"\.(so|pyd|o)$|^(build|dist|\.venv|results|\.git)/|(^|/)__pycache__/")

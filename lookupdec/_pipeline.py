@@ -19,14 +19,10 @@ from types import ModuleType
 from typing import Any
 
 import lookupdec
-from lookupdec.errors import LookupdecError, warn_saturated
+from lookupdec.errors import UsageError, warn_saturated
 
 ProgressCallback = Callable[[int, int], None]
 """``progress(done, total)``, called as work advances."""
-
-
-class UsageError(LookupdecError):
-    """A problem with the command line or its inputs, reported as one line, exit code 2."""
 
 
 @contextmanager

@@ -30,7 +30,6 @@ from typing import Any, Final, NoReturn, TextIO
 import lookupdec
 from lookupdec._atomic import check_output_path
 from lookupdec._pipeline import (
-    UsageError,
     build_static_cache,
     load_cache,
     peak_rss_mb,
@@ -42,7 +41,7 @@ from lookupdec._pipeline import (
     write_cache,
     write_corpus_file,
 )
-from lookupdec.errors import LookupdecError, warn_saturated
+from lookupdec.errors import LookupdecError, UsageError, warn_saturated
 
 INT32_MAX = 2**31 - 1
 EXIT_OK = 0
@@ -122,8 +121,8 @@ def _mb(n_bytes: int) -> str:
 
 
 def _budget(args: argparse.Namespace) -> tuple[int | None, int | None]:
-    """``--memory`` in bytes and ``--workers``, checked (None: the defaults of lookupdec.build)."""
-    from lookupdec.build import parse_memory
+    """``--memory`` in bytes and ``--workers``, checked (None: the defaults of lookupdec.builder)."""
+    from lookupdec.builder import parse_memory
 
     memory = None
     if args.memory is not None:
@@ -137,7 +136,7 @@ def _budget(args: argparse.Namespace) -> tuple[int | None, int | None]:
 
 
 def _create_index(args: argparse.Namespace, vocab_size: int, fingerprint: bytes) -> int:
-    """``create --format lookupdec``: bounded memory, every core, or a Dask cluster (lookupdec.build)."""
+    """``create --format lookupdec``: bounded memory, every core, or a Dask cluster (lookupdec.builder)."""
     memory, workers = _budget(args)
     t0 = time.perf_counter()
     corpora: list[Any] = list(args.corpus)
@@ -186,7 +185,7 @@ def _count_index(
     t0: float,
 ) -> int:
     """Count ``corpora`` (token files or arrays, one per ``args.corpus``) into the lookupdec index."""
-    from lookupdec import build
+    from lookupdec import builder
 
     if args.tokenizer is None:
         from lookupdec.tokens import TOKEN_SUFFIXES
@@ -201,14 +200,14 @@ def _count_index(
                     "--tokenizer PATH/tokenizer.json"
                 )
     for path, corpus in zip(args.corpus, corpora, strict=True):  # what the command line asks of a corpus
-        dataclasses.replace(build.Source.open(corpus), name=path).check_ids(vocab_size)
+        dataclasses.replace(builder.Source.open(corpus), name=path).check_ids(vocab_size)
     if args.dask is not None:
-        from lookupdec.build.dask import create_index_dask
+        from lookupdec.builder.dask import create_index_dask
 
         run: Any = create_index_dask
         extra: dict[str, Any] = {"scheduler": args.dask}
     else:
-        run, extra = build.create_index, {"workers": workers}
+        run, extra = builder.create_index, {"workers": workers}
     with progress_bar(_want_progress(args), "create") as progress:
         summary = run(
             corpora, args.output, memory=memory, vocab_size=vocab_size, vocab_fingerprint=fingerprint,
@@ -510,8 +509,8 @@ def _all_indexes(paths: Sequence[str]) -> bool:
 
 
 def _merge_indexes(args: argparse.Namespace) -> int:
-    """``merge --format lookupdec`` of lookupdec indexes: streamed in bounded memory (lookupdec.build)."""
-    from lookupdec.build import merge_indexes
+    """``merge --format lookupdec`` of lookupdec indexes: streamed in bounded memory (lookupdec.builder)."""
+    from lookupdec.builder import merge_indexes
 
     memory, _ = _budget(args)
     summary = merge_indexes(args.inputs, args.output, memory=memory)

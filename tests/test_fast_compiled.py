@@ -22,7 +22,7 @@ HOT_MODULES = (
     "lookupdec.fast._request",
     "lookupdec.fast._rows",
     "lookupdec.fast._corpus",
-    "lookupdec.build._probe",
+    "lookupdec.builder._probe",
     "lookupdec.tokenizer._pretok",
 )
 EXTENSION_SUFFIXES = (".so", ".pyd")

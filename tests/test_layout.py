@@ -145,14 +145,14 @@ def test_formats_import_no_implementation_or_tool() -> None:
             assert all(d.startswith(below) for d in deps if d not in ancestors(m)), (m, deps)
 
 
-def test_build_imports_only_downward() -> None:
-    """lookupdec.build (bounded-memory create/merge) sits on formats and the leaves; no implementation, no tool."""
+def test_builder_imports_only_downward() -> None:
+    """lookupdec.builder (bounded-memory create/merge) sits on formats and the leaves; no implementation, no tool."""
     # lookupdec.tokens: token-file input, a leaf above errors only (the .npy header checks are shared);
     # lookupdec._rawids: the raw-file size check under it.
-    below = ("lookupdec.build", "lookupdec.formats", "lookupdec.errors", "lookupdec._atomic", "lookupdec.tokens",
+    below = ("lookupdec.builder", "lookupdec.formats", "lookupdec.errors", "lookupdec._atomic", "lookupdec.tokens",
              "lookupdec._rawids")  # fmt: skip
-    modules = [m for m in GRAPH if m.startswith("lookupdec.build")]
-    assert "lookupdec.build._write" in modules and "lookupdec.build.dask" in modules
+    modules = [m for m in GRAPH if m.startswith("lookupdec.builder")]
+    assert "lookupdec.builder._write" in modules and "lookupdec.builder.dask" in modules
     for m in modules:
         assert all(d.startswith(below) for d in GRAPH[m] if d not in ancestors(m)), (m, GRAPH[m])
 

@@ -21,8 +21,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from lookupdec._atomic import atomic_writer
-from lookupdec.build import _probe
-from lookupdec.build._count import I64, Part
+from lookupdec.builder import _probe
+from lookupdec.builder._count import I64, Part
 from lookupdec.formats import INDEX_HEADER_SIZE, INDEX_VERSION, MAGIC_LOOKUPDEC
 
 # The header of docs/static-index.md: magic, version, header_size, ngram_size, flags, n_keys,
