@@ -25,7 +25,7 @@ HOT_MODULES = [
     "lookupdec/fast/_corpus.py",
     "lookupdec/fast/_hybrid.py",
     "lookupdec/fast/_request.py",
-    "lookupdec/fast/_rows.py",
+    "lookupdec/adapters/_vllm_rows.py",
     "lookupdec/builder/_probe.py",
     "lookupdec/tokenizer/_pretok.py",
 ]

@@ -20,8 +20,8 @@ HOT_MODULES = (
     "lookupdec.fast._hybrid",
     "lookupdec.fast._legacy",
     "lookupdec.fast._request",
-    "lookupdec.fast._rows",
     "lookupdec.fast._corpus",
+    "lookupdec.adapters._vllm_rows",
     "lookupdec.builder._probe",
     "lookupdec.tokenizer._pretok",
 )

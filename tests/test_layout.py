@@ -157,6 +157,15 @@ def test_builder_imports_only_downward() -> None:
         assert all(d.startswith(below) for d in GRAPH[m] if d not in ancestors(m)), (m, GRAPH[m])
 
 
+def test_nothing_imports_the_adapters() -> None:
+    """The adapters sit on top: they may import the implementations (the vLLM row loop calls the
+    fast path's requests natively), and nothing outside them imports them."""
+    assert "lookupdec.fast._request" in GRAPH["lookupdec.adapters._vllm_rows"]
+    for m, deps in GRAPH.items():
+        if not m.startswith("lookupdec.adapters"):
+            assert not any(d.startswith("lookupdec.adapters") for d in deps), (m, deps)
+
+
 def test_reference_imports_only_stdlib_and_leaves() -> None:
     for m, deps in GRAPH.items():
         if not m.startswith("lookupdec.reference"):

@@ -2,7 +2,7 @@
 
 ``pip install`` compiles the hot modules (``setup.py``'s ``HOT_MODULES``: the caches, drafting
 and replay, the static index, legacy files, the corpus, the hybrid policy, the request
-bookkeeping, the vLLM row loop) to C extension modules, and on Linux builds the small C module
+bookkeeping) to C extension modules, and on Linux builds the small C module
 ``_prefetch`` (the thread that maps an index's pages in).
 Without a C compiler they run as plain Python, with identical results but slowly;
 :data:`COMPILED` says which. Beyond the reference's names this module adds
@@ -12,7 +12,7 @@ of legacy files, streaming).
 
 from __future__ import annotations
 
-from lookupdec.fast import _core, _corpus, _hybrid, _index, _legacy, _request, _rows
+from lookupdec.fast import _core, _corpus, _hybrid, _index, _legacy, _request
 from lookupdec.fast._core import (
     NGRAM_MAX,
     NGRAM_MIN,
@@ -38,7 +38,7 @@ def _is_extension(path: str | None) -> bool:
     return path is not None and path.endswith((".so", ".pyd"))
 
 
-COMPILED: bool = all(_is_extension(m.__file__) for m in (_core, _corpus, _index, _hybrid, _legacy, _request, _rows))
+COMPILED: bool = all(_is_extension(m.__file__) for m in (_core, _corpus, _index, _hybrid, _legacy, _request))
 """True when the hot modules are mypyc-compiled extension modules (like black's check)."""
 
 __all__ = [
