@@ -9,7 +9,7 @@ Usage: ``python .ci/wheel_contents.py [--pure] DIST...`` (wheels ``*.whl``, sdis
   harness, build backend, generated C, object files or build directories;
 - both hold every file of the package in this checkout, a wheel all but its C sources
   (``git ls-files lookupdec``: every module and subpackage, e.g. ``lookupdec/formats/``,
-  ``lookupdec/tokenizer/``, ``lookupdec/_pipeline.py``, and the package data), so a module
+  ``lookupdec/tokenizer/``, ``lookupdec/cli/``, and the package data), so a module
   missed by the packaging config fails here, not at import;
 - an sdist holds what building needs (``setup.py``, ``pyproject.toml``, the build backend, the
   sources of the compiled modules) and no build output (``*.so``, ``build/``, ``dist/``, venvs).

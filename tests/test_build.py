@@ -126,7 +126,7 @@ def test_create_empty_corpus_writes_empty_index(tmp_path: Path) -> None:
 def test_create_demo_matches_fast_builder(tmp_path: Path) -> None:
     """The demo corpus: the same bytes as the fast implementation's NgramCache + write_static."""
     fast = fast_impl()
-    from lookupdec._pipeline import build_static_cache
+    from lookupdec.cli._pipeline import build_static_cache
 
     tokens = np.fromfile(DEMO, dtype="<i4")[:60_000]
     corpus = tmp_path / "demo-slice.bin"
@@ -147,7 +147,7 @@ def test_cli_create_matches_the_in_memory_create(tmp_path: Path, capsys: Any, im
     ``_pipeline.build_static_cache`` and written by ``_pipeline.write_cache`` (formats' writer).
     """
     import lookupdec
-    from lookupdec._pipeline import build_static_cache, write_cache
+    from lookupdec.cli._pipeline import build_static_cache, write_cache
 
     tokens = np.fromfile(DEMO, dtype="<i4")[:n_tokens]
     halves = [tokens[: n_tokens // 3].tolist(), tokens[n_tokens // 3 :].tolist()]  # two corpora: no 2-gram spans them
@@ -175,7 +175,7 @@ def test_cli_create_refuses_ids_past_the_vocabulary(tmp_path: Path, capsys: Any,
 def test_create_real_slice_matches_fast_builder(tmp_path: Path) -> None:
     """A 1M-token slice of enwiki_wt.10M, with budgets that spill dozens of buckets."""
     fast = fast_impl()
-    from lookupdec._pipeline import build_static_cache
+    from lookupdec.cli._pipeline import build_static_cache
 
     src = SHARED_DATA / "enwiki_wt.10M.llama3.bin"
     if not src.exists():
