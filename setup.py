@@ -33,8 +33,8 @@ HOT_MODULES = [
     "lookupdec/fast/_legacy.py",
     "lookupdec/fast/_corpus.py",
     "lookupdec/fast/_request.py",
-    "lookupdec/fast/_rows.py",
-    "lookupdec/build/_probe.py",
+    "lookupdec/adapters/_vllm_rows.py",
+    "lookupdec/builder/_probe.py",
     "lookupdec/tokenizer/_pretok.py",
 ]
 # Plain C, built with the mypyc modules (and skipped with them): the thread that maps an index's

@@ -9,7 +9,7 @@ Usage: ``python .ci/wheel_contents.py [--pure] DIST...`` (wheels ``*.whl``, sdis
   harness, build backend, generated C, object files or build directories;
 - both hold every file of the package in this checkout, a wheel all but its C sources
   (``git ls-files lookupdec``: every module and subpackage, e.g. ``lookupdec/formats/``,
-  ``lookupdec/tokenizer/``, ``lookupdec/_pipeline.py``, and the package data), so a module
+  ``lookupdec/tokenizer/``, ``lookupdec/cli/``, and the package data), so a module
   missed by the packaging config fails here, not at import;
 - an sdist holds what building needs (``setup.py``, ``pyproject.toml``, the build backend, the
   sources of the compiled modules) and no build output (``*.so``, ``build/``, ``dist/``, venvs).
@@ -29,7 +29,7 @@ from pathlib import Path
 
 EXT = re.compile(r"\.(so|pyd)$")
 WHEEL_ALLOWED = re.compile(r"^(lookupdec/|lookupdec__mypyc\.[^/]+\.(so|pyd)$|lookupdec-[^/]+\.dist-info/)")
-# Top-level folders only: ``lookupdec/build/`` is a subpackage (bounded-memory create), not build output.
+# Top-level folders only: build tools write their output there, never inside the package.
 WHEEL_FORBIDDEN = re.compile(r"(\.c|\.o|\.h)$|^(build|tests|perf|build_backend|\.ci)/|\.egg-info/")
 SDIST_REQUIRED = ("setup.py", "pyproject.toml", "build_backend/lookupdec_build.py", "lookupdec/fast/_cache.py")
 SDIST_FORBIDDEN = re.compile(r"\.(so|pyd|o)$|^(build|dist|\.venv|results|\.git)/|(^|/)__pycache__/")

@@ -32,7 +32,7 @@ from lookupdec._shared_file import merge_into_file
 from lookupdec.errors import RequestClosedError, VocabularyError
 from lookupdec.formats.index_header import read_index_vocab
 from lookupdec.result import common_prefix, tree_nodes
-from lookupdec.rules import INT32_MAX, NGRAM_MAX, NGRAM_MIN, check_policy
+from lookupdec.rules import INT32_MAX, NGRAM_MAX, NGRAM_MIN, check_branches, check_corpus, check_policy
 
 
 class Cache(Protocol):
@@ -199,7 +199,7 @@ class Drafter:
 
     ``static`` is a path (opened once with the implementation's ``load_static``; a lookupdec
     index is memory-mapped by the fast path; the stdlib-only reference opens legacy files by
-    path and takes other formats opened, e.g. ``lookupdec._pipeline.load_static``) or an opened
+    path and takes other formats opened, e.g. ``lookupdec.cli._pipeline.load_static``) or an opened
     cache; None means no static cache.
     ``dynamic`` is a path (loaded when the file exists, an empty cache otherwise, and the default
     target of :meth:`save`), an opened cache (used and updated in place), or None (an in-memory
@@ -258,8 +258,7 @@ class Drafter:
             raise ValueError(f"the {p.name} implementation has no hybrid policy")
         if history_tokens is not None and policy != "hybrid":
             raise ValueError("history_tokens bounds the hybrid policy's history: give it with policy='hybrid'")
-        if corpus is not None and policy != "hybrid":
-            raise ValueError("corpus is matched by the hybrid policy: give it with policy='hybrid'")
+        check_corpus(corpus, policy)
         host = RequestHost(p, n_draft, vocab_size, policy, history_tokens)
         self._host = host
         self.policy = policy
@@ -557,8 +556,7 @@ class Request:
         n = d.n_draft if k is None else operator.index(k)
         if n < 0:
             raise ValueError(f"k must be >= 0, got {n}")
-        if operator.index(branches) < 1:
-            raise ValueError(f"branches must be >= 1, got {branches}")
+        check_branches(operator.index(branches), "hybrid")
         tokens = self._tokens
         if self._observing:  # the last proposal's verdict never came: what extend confirmed
             self._observe(self._observed_prefix())

@@ -57,6 +57,22 @@ class VocabularyError(LookupdecError, ValueError):
     """Token ids or a static index do not belong to the vocabulary the Drafter was given."""
 
 
+class UsageError(LookupdecError):
+    """A problem with the command line or its inputs, reported as one line, exit code 2."""
+
+
+class BuildError(LookupdecError):
+    """A distributed build failed (the cluster, not the input); nothing was written."""
+
+
+class IdsOutOfRange(LookupdecError, ValueError):
+    """An id does not fit the identity code in use: the plan must scan the corpus for its ids."""
+
+
+class TooManyIdsError(LookupdecError, ValueError):
+    """The corpus has more than ``2**21`` distinct token ids: triples do not fit in an int64."""
+
+
 class CountSaturationWarning(UserWarning):
     """Counts above 2^31-1 were written as 2^31-1: no cache format can store more."""
 

@@ -1,4 +1,4 @@
-"""The result of a replay, shared by every implementation."""
+"""The result of a replay and the checks of its arguments, shared by every implementation."""
 
 from __future__ import annotations
 

@@ -32,10 +32,30 @@ def check_policy(policy: str) -> None:
         raise ValueError(f"unknown policy {policy!r}: choose one of {', '.join(map(repr, POLICIES))}")
 
 
-def check_branches(branches: int, policy: str) -> None:
+def check_branches(branches: int, policy: str, *, flags: bool = False) -> None:
     """Raise ValueError unless ``branches`` >= 1, and 1 unless ``policy`` is ``"hybrid"`` (the
-    only policy with tree drafts)."""
+    only policy with tree drafts). ``flags``: the message names command-line flags."""
     if branches < 1:
-        raise ValueError(f"branches must be >= 1, got {branches}")
+        raise ValueError(f"{_option('branches', None, flags)} must be >= 1, got {branches}")
     if branches > 1 and policy != "hybrid":
-        raise ValueError(f"tree drafts (branches={branches}) need policy='hybrid', not {policy!r}")
+        raise ValueError(
+            f"tree drafts ({_option('branches', branches, flags)}) need {_option('policy', 'hybrid', flags)}, "
+            f"not {policy!r}"
+        )
+
+
+def check_corpus(corpus: object, policy: str, *, flags: bool = False) -> None:
+    """Raise ValueError if a ``corpus`` (not None) comes with a ``policy`` other than ``"hybrid"``:
+    only the hybrid policy's suffix match reads a corpus. ``flags``: the message names command-line flags."""
+    if corpus is not None and policy != "hybrid":
+        raise ValueError(
+            f"{_option('corpus', None, flags)} is matched by the hybrid policy: "
+            f"give it with {_option('policy', 'hybrid', flags)}"
+        )
+
+
+def _option(name: str, value: object, flags: bool) -> str:
+    """Option ``name`` (given ``value``, unless None) as a keyword argument, or with ``flags`` as a flag."""
+    if flags:
+        return f"--{name}" if value is None else f"--{name} {value}"
+    return name if value is None else f"{name}={value!r}"

@@ -3,7 +3,7 @@
 Files live in ``results/cache/static/``; their contents always come from the reference's
 ``build_static`` (the implementations agree on contents), and they are written with
 ``lookupdec.formats.write_static``. They are opened as the CLI opens them
-(``lookupdec._pipeline.load_static``: the reference gets non-legacy formats as contents).
+(``lookupdec.cli._pipeline.load_static``: the reference gets non-legacy formats as contents).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def static_file(src: Corpus, n_tokens: int, fmt: str) -> Path:
 
 def open_static(impl: ModuleType, path: Path, mode: str) -> Any:
     """Open a static file the way ``mode`` says, with ``impl``."""
-    from lookupdec._pipeline import load_static
+    from lookupdec.cli._pipeline import load_static
 
     return load_static(impl, str(path), in_memory=(mode == "lookupdec-loaded"))
 

@@ -71,7 +71,7 @@ SIDES: Final = (("fork", "lookupdec"), ("lookupdec", "fork"))
 OPEN_LOOKUPDEC: Final = """
 import json, sys, time
 from lookupdec import fast
-from lookupdec._pipeline import load_static
+from lookupdec.cli._pipeline import load_static
 path, repeat = sys.argv[1], int(sys.argv[2])
 ms = []
 for _ in range(repeat):

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import lookupdec
+from lookupdec.adapters._vllm_rows import RowTracker
 from lookupdec.adapters.vllm import LookupProposer
-from lookupdec.fast._rows import RowTracker
 from lookupdec.formats import write_static
 from tests.fake_vllm import FakeRequest, FakeVllm, vllm_config
 from tests.impls import FastImpl, ImplTests, ReferenceImpl

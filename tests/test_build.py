@@ -1,4 +1,4 @@
-"""lookupdec.build: bounded-memory, multi-process create and streaming merge of static indexes.
+"""lookupdec.builder: bounded-memory, multi-process create and streaming merge of static indexes.
 
 Expected files come from independent writers: ``lookupdec.formats.write_static`` fed with
 counts made here by ``collections.Counter`` (or by the fast implementation's NgramCache on
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lookupdec import build, formats
+from lookupdec import builder, formats
 from lookupdec.cli import main
 from lookupdec.errors import CacheFormatError, TokenFileError
 
@@ -77,7 +77,7 @@ def test_create_matches_independent_writer(tmp_path: Path, memory: int | None, l
     corpora = random_corpora(7, lo, hi, [3000, 1, 2, 3, 0, 1500])
     paths = write_corpora(tmp_path, corpora)
     out = tmp_path / "out.lkdc"
-    summary = build.create_index(paths, out, memory=memory, workers=1)
+    summary = builder.create_index(paths, out, memory=memory, workers=1)
     assert out.read_bytes() == expected_bytes(tmp_path, corpora)
     assert summary.total_count == sum(max(len(c) - 2, 0) for c in corpora)
     assert summary.saturated == 0
@@ -102,7 +102,7 @@ def test_create_same_bytes_for_any_workers_and_budget(tmp_path: Path, memory: in
     want = expected_bytes(tmp_path, corpora)
     # 200 KB over 2 workers: 7 shards of 4096 ids, 19 buckets; 100 KB over 3: 40 buckets.
     out = tmp_path / f"out-{memory}-{workers}.lkdc"
-    build.create_index(paths, out, memory=memory, workers=workers)
+    builder.create_index(paths, out, memory=memory, workers=workers)
     assert out.read_bytes() == want, (memory, workers)
 
 
@@ -110,15 +110,15 @@ def test_create_reads_npy_and_arrays(tmp_path: Path) -> None:
     corpora = random_corpora(5, 0, 1000, [500, 800])
     want = expected_bytes(tmp_path, corpora)
     npy = write_corpora(tmp_path, corpora, ".npy")
-    build.create_index(npy, tmp_path / "a.lkdc", memory=4_000)
-    build.create_index([np.array(c, dtype=np.int32) for c in corpora], tmp_path / "b.lkdc")
+    builder.create_index(npy, tmp_path / "a.lkdc", memory=4_000)
+    builder.create_index([np.array(c, dtype=np.int32) for c in corpora], tmp_path / "b.lkdc")
     assert (tmp_path / "a.lkdc").read_bytes() == want
     assert (tmp_path / "b.lkdc").read_bytes() == want
 
 
 def test_create_empty_corpus_writes_empty_index(tmp_path: Path) -> None:
     paths = write_corpora(tmp_path, [[], [5, 6]])
-    build.create_index(paths, tmp_path / "e.lkdc")
+    builder.create_index(paths, tmp_path / "e.lkdc")
     assert (tmp_path / "e.lkdc").read_bytes() == expected_bytes(tmp_path, [])
     assert (tmp_path / "e.lkdc").stat().st_size == 112
 
@@ -126,7 +126,7 @@ def test_create_empty_corpus_writes_empty_index(tmp_path: Path) -> None:
 def test_create_demo_matches_fast_builder(tmp_path: Path) -> None:
     """The demo corpus: the same bytes as the fast implementation's NgramCache + write_static."""
     fast = fast_impl()
-    from lookupdec._pipeline import build_static_cache
+    from lookupdec.cli._pipeline import build_static_cache
 
     tokens = np.fromfile(DEMO, dtype="<i4")[:60_000]
     corpus = tmp_path / "demo-slice.bin"
@@ -134,20 +134,20 @@ def test_create_demo_matches_fast_builder(tmp_path: Path) -> None:
     cache = build_static_cache(fast, [tokens.tolist()])
     formats.write_static(cache.items(), tmp_path / "old.lkdc", "lookupdec")
     for memory in [None, 400_000]:  # in memory, then spilled (2 workers: the slow real-slice test)
-        build.create_index([corpus], tmp_path / "new.lkdc", memory=memory, workers=1)
+        builder.create_index([corpus], tmp_path / "new.lkdc", memory=memory, workers=1)
         assert (tmp_path / "new.lkdc").read_bytes() == (tmp_path / "old.lkdc").read_bytes()
 
 
 @pytest.mark.parametrize(("impl", "n_tokens"), [("fast", 60_000), ("reference", 15_000)])
 def test_cli_create_matches_the_in_memory_create(tmp_path: Path, capsys: Any, impl: str, n_tokens: int) -> None:
-    """``lookupdec create`` (lookupdec format: lookupdec.build) writes the bytes of the in-memory path.
+    """``lookupdec create`` (lookupdec format: lookupdec.builder) writes the bytes of the in-memory path.
 
     The in-memory path is what ``create --format llama``/``fork-v2`` still run, and what the
-    default format ran before lookupdec.build: an implementation's NgramCache counted by
+    default format ran before lookupdec.builder: an implementation's NgramCache counted by
     ``_pipeline.build_static_cache`` and written by ``_pipeline.write_cache`` (formats' writer).
     """
     import lookupdec
-    from lookupdec._pipeline import build_static_cache, write_cache
+    from lookupdec.cli._pipeline import build_static_cache, write_cache
 
     tokens = np.fromfile(DEMO, dtype="<i4")[:n_tokens]
     halves = [tokens[: n_tokens // 3].tolist(), tokens[n_tokens // 3 :].tolist()]  # two corpora: no 2-gram spans them
@@ -175,7 +175,7 @@ def test_cli_create_refuses_ids_past_the_vocabulary(tmp_path: Path, capsys: Any,
 def test_create_real_slice_matches_fast_builder(tmp_path: Path) -> None:
     """A 1M-token slice of enwiki_wt.10M, with budgets that spill dozens of buckets."""
     fast = fast_impl()
-    from lookupdec._pipeline import build_static_cache
+    from lookupdec.cli._pipeline import build_static_cache
 
     src = SHARED_DATA / "enwiki_wt.10M.llama3.bin"
     if not src.exists():
@@ -187,7 +187,7 @@ def test_create_real_slice_matches_fast_builder(tmp_path: Path) -> None:
     formats.write_static(cache.items(), tmp_path / "old.lkdc", "lookupdec")
     want = (tmp_path / "old.lkdc").read_bytes()
     for memory, workers in [(None, 2), (2_000_000, 2), (500_000, 1)]:
-        build.create_index([corpus], tmp_path / "new.lkdc", memory=memory, workers=workers)
+        builder.create_index([corpus], tmp_path / "new.lkdc", memory=memory, workers=workers)
         assert (tmp_path / "new.lkdc").read_bytes() == want, (memory, workers)
 
 
@@ -195,7 +195,7 @@ def test_bad_token_file_is_named(tmp_path: Path) -> None:
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"\x01\x00\x00\x00\x02\x00")
     with pytest.raises(TokenFileError, match=r"bad\.bin"):
-        build.create_index([bad], tmp_path / "out.lkdc")
+        builder.create_index([bad], tmp_path / "out.lkdc")
     assert not (tmp_path / "out.lkdc").exists()
 
 
@@ -203,13 +203,13 @@ def test_bad_token_file_is_named(tmp_path: Path) -> None:
     ("text", "value"), [("512M", 512 << 20), ("2G", 2 << 30), ("1.5g", 3 << 29), ("800K", 800 << 10), ("1000", 1000)]
 )
 def test_parse_memory(text: str, value: int) -> None:
-    assert build.parse_memory(text) == value
+    assert builder.parse_memory(text) == value
 
 
 @pytest.mark.parametrize("text", ["", "lots", "-1G", "0", "nan"])
 def test_parse_memory_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="memory"):
-        build.parse_memory(text)
+        builder.parse_memory(text)
 
 
 # --------------------------------------------------------------------------------------
@@ -229,7 +229,7 @@ def _indexes(tmp_path: Path, corpora: list[list[int]]) -> list[str]:
 def test_merge_indexes_matches_counting_everything(tmp_path: Path, memory: int | None) -> None:
     corpora = random_corpora(11, -5, 200, [2000, 10, 3000])
     inputs = _indexes(tmp_path, corpora)
-    build.merge_indexes(inputs, tmp_path / "m.lkdc", memory=memory)
+    builder.merge_indexes(inputs, tmp_path / "m.lkdc", memory=memory)
     assert (tmp_path / "m.lkdc").read_bytes() == expected_bytes(tmp_path, corpora)
 
 
@@ -239,7 +239,7 @@ def test_merge_corrupt_input_writes_nothing(tmp_path: Path) -> None:
     data[-3] ^= 0x40
     Path(inputs[1]).write_bytes(bytes(data))
     with pytest.raises(CacheFormatError, match=r"in1\.lkdc"):
-        build.merge_indexes(inputs, tmp_path / "m.lkdc")
+        builder.merge_indexes(inputs, tmp_path / "m.lkdc")
     assert not (tmp_path / "m.lkdc").exists()
 
 
@@ -247,7 +247,7 @@ def test_merge_saturates_counts_past_int32(tmp_path: Path) -> None:
     big = 2**31 - 10
     for name in ("a", "b"):
         formats.write_static([((1, 2, -1, -1), {3: big, 4: 5})], tmp_path / f"{name}.lkdc", "lookupdec")
-    summary = build.merge_indexes([tmp_path / "a.lkdc", tmp_path / "b.lkdc"], tmp_path / "m.lkdc")
+    summary = builder.merge_indexes([tmp_path / "a.lkdc", tmp_path / "b.lkdc"], tmp_path / "m.lkdc")
     assert summary.saturated == 1
     assert list(formats.read_as_contents(tmp_path / "m.lkdc")) == [((1, 2, -1, -1), [(3, 2**31 - 1), (4, 10)])]
 
@@ -294,21 +294,21 @@ def test_plain_functions_as_another_engine_calls_them(tmp_path: Path) -> None:
     """docs/building.md's Spark recipe, with Python's map and a dict for the shuffle."""
     corpora = random_corpora(13, 0, 3000, [5000, 3000])
     paths = write_corpora(tmp_path, corpora)
-    plan = build.make_plan([build.Source.open(p) for p in paths], memory=40_000, workers=1, force_spill=True)
+    plan = builder.make_plan([builder.Source.open(p) for p in paths], memory=40_000, workers=1, force_spill=True)
     assert len(plan.shards) > 2 and len(plan.splitters) > 2
     grouped: dict[int, list[Any]] = {}
     for shard in reversed(plan.shards):  # any order: the reduce adds the runs up
-        for b, run in enumerate(build.count_shard(shard.read(plan.sources), plan.code, plan.splitters)):
+        for b, run in enumerate(builder.count_shard(shard.read(plan.sources), plan.code, plan.splitters)):
             grouped.setdefault(b, []).append(run)
-    parts = [build.reduce_bucket(grouped[b], plan.code) for b in sorted(grouped)]
-    stored = [build.StoredPart.save(p, str(tmp_path / f"part-{b}")) for b, p in enumerate(parts)]
-    build.write_index(tmp_path / "out.lkdc", stored)
+    parts = [builder.reduce_bucket(grouped[b], plan.code) for b in sorted(grouped)]
+    stored = [builder.StoredPart.save(p, str(tmp_path / f"part-{b}")) for b, p in enumerate(parts)]
+    builder.write_index(tmp_path / "out.lkdc", stored)
     assert (tmp_path / "out.lkdc").read_bytes() == expected_bytes(tmp_path, corpora)
 
 
 @pytest.mark.parametrize("bits", [17, 21, 3])
 def test_merge_runs_adds_counts_of_any_size(bits: int) -> None:
-    from lookupdec.build._count import merge_runs
+    from lookupdec.builder._count import merge_runs
 
     rng = np.random.default_rng(bits)
     runs = []
@@ -339,7 +339,7 @@ def _probe_in_python(homes: list[int], n_slots: int) -> list[int]:
 @pytest.mark.parametrize("crowd", ["uniform", "end"], ids=["uniform", "wrapping"])
 def test_slot_table_in_ranges_is_the_canonical_one(tmp_path: Path, n_ranges: int, crowd: str) -> None:
     """Filled range by range (carries between ranges, wrap past the last slot) = key by key."""
-    from lookupdec.build._write import fill_slots, fill_slots_ranged
+    from lookupdec.builder._write import fill_slots, fill_slots_ranged
 
     n_slots = 256
     rng = np.random.default_rng(n_ranges)
@@ -358,14 +358,14 @@ def test_slot_table_in_ranges_is_the_canonical_one(tmp_path: Path, n_ranges: int
 
 
 def test_create_with_the_slot_table_in_ranges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from lookupdec.build import _write
+    from lookupdec.builder import _write
 
     monkeypatch.setattr(_write, "MIN_RANGE", 16)
     corpora = random_corpora(17, 0, 5000, [4000])
     paths = write_corpora(tmp_path, corpora)
     n_slots = _write.n_slots_for(len({tuple(k) for k in counted(corpora)}))
     assert _write.slot_ranges(n_slots, 20_000) > 4
-    build.create_index(paths, tmp_path / "out.lkdc", memory=20_000, workers=1)
+    builder.create_index(paths, tmp_path / "out.lkdc", memory=20_000, workers=1)
     assert (tmp_path / "out.lkdc").read_bytes() == expected_bytes(tmp_path, corpora)
 
 

@@ -10,14 +10,15 @@ from typing import Any
 
 import pytest
 
-from lookupdec import build
+from lookupdec import builder
 from lookupdec.cli import main
+from lookupdec.errors import BuildError
 from tests.conftest import DEMO_DATA
 
 pytestmark = pytest.mark.slow
 distributed = pytest.importorskip("distributed")
 
-from lookupdec.build.dask import create_index_dask  # noqa: E402 - only with distributed
+from lookupdec.builder.dask import create_index_dask  # noqa: E402 - only with distributed
 
 DEMO = DEMO_DATA / "enwiki_wt.demo.llama3.bin"
 
@@ -34,7 +35,7 @@ def client() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def local_index(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     path = tmp_path_factory.mktemp("local") / "local.lkdc"
-    build.create_index([DEMO], path, workers=1)
+    builder.create_index([DEMO], path, workers=1)
     return path.read_bytes()
 
 
@@ -63,7 +64,7 @@ def test_worker_killed_mid_job_still_gives_the_right_index(client: Any, local_in
     out = tmp_path / "k.lkdc"
     try:
         create_index_dask([DEMO], out, scheduler=client, memory=2_000_000, progress=kill_one_worker)
-    except build.dask.BuildError:  # the other allowed ending: a clear error, and no file
+    except BuildError:  # the other allowed ending: a clear error, and no file
         assert not out.exists()
     else:
         assert out.read_bytes() == local_index

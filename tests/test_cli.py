@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import lookupdec
-from lookupdec import _pipeline, cli, formats
+from lookupdec import cli, formats
+from lookupdec.cli import _pipeline
 from lookupdec.reference import NgramCache, build_static, replay
 from tests.conftest import vectors
 from tests.test_tokens import make_tokenizer
@@ -532,7 +533,7 @@ def test_progress_bar_draws_on_stderr(capsys: pytest.CaptureFixture[str]) -> Non
 
 def demo_data() -> tuple[list[int], list[int]]:
     """The demo's corpus and replay tokens, read from the shipped files."""
-    from lookupdec import demo
+    from lookupdec.cli import demo
     from lookupdec.tokens import read_tokens
 
     with demo.data_file(demo.CORPUS_FILE) as c, demo.data_file(demo.REPLAY_FILE) as r:
@@ -558,7 +559,8 @@ def test_demo_reference(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_demo_fast(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from lookupdec import demo, tokens
+    from lookupdec import tokens
+    from lookupdec.cli import demo
 
     real_read = tokens.read_tokens
 
@@ -582,7 +584,8 @@ def test_demo_fast(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Monke
 
 
 def test_demo_table(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from lookupdec import demo, tokens
+    from lookupdec import tokens
+    from lookupdec.cli import demo
 
     real_read = tokens.read_tokens
 

@@ -160,7 +160,7 @@ class DrafterTests(ImplTests):
         # opened by the layer above, and checks the opened index's fingerprint the same way.
         static: Any = path
         if self.impl.IMPLEMENTATION == "reference":
-            from lookupdec._pipeline import load_static
+            from lookupdec.cli._pipeline import load_static
 
             static = load_static(self.impl, str(path))
             with pytest.raises(VocabularyError, match="built for another vocabulary"):
@@ -172,7 +172,7 @@ class DrafterTests(ImplTests):
         unknown = tmp_path / "unknown.lkdc"
         write_static([((1, 2, -1, -1), [(3, 4)])], unknown)
         if self.impl.IMPLEMENTATION == "reference":
-            from lookupdec._pipeline import load_static
+            from lookupdec.cli._pipeline import load_static
 
             self.impl.Drafter(static=load_static(self.impl, str(unknown)), vocab_fingerprint=b"B" * 8)
         else:

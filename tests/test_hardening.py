@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import lookupdec.reference as ref
-from lookupdec import _atomic, _pipeline, formats
+from lookupdec import _atomic, formats
+from lookupdec.cli import _pipeline
 from lookupdec.errors import CacheFormatError, OutputFileError
 from tests.conftest import fast_impl
 from tests.test_cli import assert_clean_error, run, write_bin

@@ -100,7 +100,7 @@ def ancestors(name: str) -> set[str]:
 def test_graph_is_read() -> None:
     assert "lookupdec.reference.cache" in GRAPH
     assert "lookupdec.formats.legacy" in GRAPH["lookupdec.reference.cache"]
-    assert "lookupdec.formats" in GRAPH["lookupdec._pipeline"]  # a lazy import inside a function
+    assert "lookupdec.formats" in GRAPH["lookupdec.cli._pipeline"]  # a lazy import inside a function
 
 
 def test_no_cycle() -> None:
@@ -147,16 +147,25 @@ def test_formats_import_no_implementation_or_tool() -> None:
             assert all(d.startswith(below) for d in deps if d not in ancestors(m)), (m, deps)
 
 
-def test_build_imports_only_downward() -> None:
-    """lookupdec.build (bounded-memory create/merge) sits on formats and the leaves; no implementation, no tool."""
+def test_builder_imports_only_downward() -> None:
+    """lookupdec.builder (bounded-memory create/merge) sits on formats and the leaves; no implementation, no tool."""
     # lookupdec.tokens: token-file input, a leaf above errors only (the .npy header checks are shared);
     # lookupdec._rawids: the raw-file size check under it.
-    below = ("lookupdec.build", "lookupdec.formats", "lookupdec.errors", "lookupdec._atomic", "lookupdec.tokens",
-             "lookupdec._rawids")  # fmt: skip
-    modules = [m for m in GRAPH if m.startswith("lookupdec.build")]
-    assert "lookupdec.build._write" in modules and "lookupdec.build.dask" in modules
+    below = ("lookupdec.builder", "lookupdec.formats", "lookupdec.errors", "lookupdec._atomic", "lookupdec.tokens",
+             "lookupdec._rawids", "lookupdec.rules")  # fmt: skip
+    modules = [m for m in GRAPH if m.startswith("lookupdec.builder")]
+    assert "lookupdec.builder._write" in modules and "lookupdec.builder.dask" in modules
     for m in modules:
         assert all(d.startswith(below) for d in GRAPH[m] if d not in ancestors(m)), (m, GRAPH[m])
+
+
+def test_nothing_imports_the_adapters() -> None:
+    """The adapters sit on top: they may import the implementations (the vLLM row loop calls the
+    fast path's requests natively), and nothing outside them imports them."""
+    assert "lookupdec.fast._request" in GRAPH["lookupdec.adapters._vllm_rows"]
+    for m, deps in GRAPH.items():
+        if not m.startswith("lookupdec.adapters"):
+            assert not any(d.startswith("lookupdec.adapters") for d in deps), (m, deps)
 
 
 def test_reference_imports_only_stdlib_and_leaves() -> None:

@@ -84,7 +84,7 @@ class Lockstep(RuleBasedStateMachine):
             contents = [(k, [(t, min(c * 21474837 + t % 7, 2**31 - 1)) for t, c in f]) for k, f in contents]
         path = self.path()
         write_static(contents, path, fmt)
-        from lookupdec._pipeline import load_static
+        from lookupdec.cli._pipeline import load_static
 
         if fmt == "llama" and not contents:  # a 0-byte file: refused as a static cache by both
             with pytest.raises(CacheFormatError, match="empty file"):

@@ -95,7 +95,7 @@ def _counts(static: object, tokens: list[int], impl: object) -> tuple[int, int, 
 
 def test_mapped_modes_draft_as_the_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same index mapped as bytes, mapped through mmap slices and loaded: the reference's counts."""
-    from lookupdec import _pipeline
+    from lookupdec.cli import _pipeline
 
     fast = fast_impl()
     corpus = np.fromfile(DEMO_DATA / "enwiki_wt.demo.llama3.bin", dtype="<i4")[:50_000].tolist()
@@ -178,7 +178,7 @@ def test_copy_of_a_shrunk_file_is_short(tmp_path: Path) -> None:
 def test_loaded_corpus_is_a_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """CorpusIndex.open(in_memory=True) copies (huge pages) or reads: the mapped file's ids and drafts;
     ``stats --load`` opens the --corpus file that way."""
-    from lookupdec import _pipeline
+    from lookupdec.cli import _pipeline
 
     fast = fast_impl()
     ids = np.fromfile(DEMO_DATA / "enwiki_wt.demo.llama3.bin", dtype="<i4")[:20_000].tolist()

@@ -200,7 +200,7 @@ def test_cli_tokenize(tmp_path: Path) -> None:
 def test_cli_create_streams_text(tmp_path: Path, flag: str | None, name: str) -> None:
     """``create TEXT... --tokenizer VOCAB`` (text tokenized to files, then counted) writes the index of the ids
     ``Tokenizer.encode`` gives each text, BOS as the flag says, with the vocabulary in the header."""
-    from lookupdec.build import create_index
+    from lookupdec.builder import create_index
     from lookupdec.cli import main
 
     t = tok(name)

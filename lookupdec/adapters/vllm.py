@@ -53,7 +53,7 @@ it (the caller's ``self.input_batch.req_ids`` and ``self.requests``, trusted onl
 batch's ``token_ids_cpu`` is the very array passed in): a request is its id, an unscheduled row
 does not end it, and a request ends once the runner no longer holds it. Where no such runner is
 found (another engine, or a test calling ``propose`` directly) requests are recognized by their
-tokens (:class:`lookupdec.fast._rows.RowTracker`).
+tokens (:class:`lookupdec.adapters._vllm_rows.RowTracker`).
 
 The dynamic cache file is saved as requests end (rate-limited by ``LOOKUPDEC_SAVE_INTERVAL``)
 and once more when the process exits, through a ``multiprocessing.util.Finalize`` with an exit
@@ -102,7 +102,7 @@ import lookupdec
 
 # The per-step row loop is compiled with the fast path (it calls any Drafter's requests, the
 # reference's too, through their methods; lookupdec.fast's natively).
-from lookupdec.fast._rows import RowTracker
+from lookupdec.adapters._vllm_rows import RowTracker
 
 RUNNER_FRAMES = 3
 """Caller frames searched for vLLM's model runner: its ``propose_draft_token_ids`` calls the

@@ -2,7 +2,7 @@
 
 ``pip install`` compiles the hot modules (``setup.py``'s ``HOT_MODULES``: the caches, drafting
 and replay, the static index, legacy files, the corpus, the hybrid policy, the request
-bookkeeping, the vLLM row loop) to C extension modules, and on Linux builds the small C module
+bookkeeping) to C extension modules, and on Linux builds the small C module
 ``_prefetch`` (the thread that maps an index's pages in).
 Without a C compiler they run as plain Python, with identical results but slowly;
 :data:`COMPILED` says which. Beyond the reference's names this module adds
@@ -26,7 +26,6 @@ from lookupdec.fast import (
     _merge,
     _replay,
     _request,
-    _rows,
     _source,
     _tables,
     _tree,
@@ -67,7 +66,6 @@ HOT_MODULES: tuple[ModuleType, ...] = (
     _index_write,
     _legacy,
     _request,
-    _rows,
 )
 """The modules ``setup.py`` compiles (its ``HOT_MODULES``), in the order they build on each other."""
 

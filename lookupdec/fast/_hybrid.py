@@ -21,6 +21,7 @@ from lookupdec.fast._history import CORPUS_BASE, MATCH_SLACK, MAX_CANDIDATES, MA
 from lookupdec.fast._source import ABSENT, StaticSource
 from lookupdec.fast._tables import M32, NGRAM_MAX, NGRAM_MIN, filled_i32, zeros_i64
 from lookupdec.fast._tree import VOTE_HASH, TreeVotes, add_branch
+from lookupdec.rules import check_branches
 
 N_LEN: Final[i64] = 33
 """Acceptance statistics are kept per effective match length 1..32 (match length + offset) ..."""
@@ -612,8 +613,7 @@ class HybridState:
         tokens, so branch 0 is, step by step, what :meth:`propose` returns, and a tree verifier
         accepts at least as much per step as one verifying branch 0 alone.
         """
-        if branches < 1:
-            raise ValueError(f"branches must be >= 1, got {branches}")
+        check_branches(branches, "hybrid")
         tree: list[list[int]] = []
         self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached, branches, tree)
         return tree

@@ -62,6 +62,7 @@ from collections.abc import Sequence
 from lookupdec.reference.cache import NGRAM_MAX, NGRAM_MIN, TOKEN_NULL, NgramCache
 from lookupdec.reference.draft import PartSource, draft, try_static
 from lookupdec.reference.history import CORPUS_BASE, MAX_CANDIDATES, MAX_MATCH, SEP, SuffixHistory
+from lookupdec.rules import check_branches
 
 MATCH_SLACK = 1
 """Occurrences whose match is at most this much shorter than the longest are followed too (they vote)."""
@@ -469,8 +470,7 @@ class HybridState:
         tokens, so branch 0 is, step by step, what :meth:`propose` returns, and a tree verifier
         accepts at least as much per step as one verifying branch 0 alone.
         """
-        if branches < 1:
-            raise ValueError(f"branches must be >= 1, got {branches}")
+        check_branches(branches, "hybrid")
         tree: list[list[int]] = []
         self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached, branches, tree)
         return tree

@@ -5,12 +5,12 @@
    buckets (contiguous key ranges, from quantiles of a sample of the corpus) so that each
    bucket can be reduced within a worker's share of the memory budget.
 2. **Count** (in parallel): each shard is packed, sorted and counted
-   (:func:`~lookupdec.build._count.count_shard`); its sorted run is cut at the bucket
+   (:func:`~lookupdec.builder._count.count_shard`); its sorted run is cut at the bucket
    boundaries and spilled, one file per shard.
 3. **Reduce** (in parallel): each bucket's runs are merged and turned into its part of the
-   index (:func:`~lookupdec.build._count.reduce_bucket`), spilled, one file per bucket.
+   index (:func:`~lookupdec.builder._count.reduce_bucket`), spilled, one file per bucket.
 4. **Write**: the slot table, then each section streamed part by part
-   (:func:`~lookupdec.build._write.write_index`).
+   (:func:`~lookupdec.builder._write.write_index`).
 
 When the whole corpus fits in the budget, steps 2-3 run in this process with nothing
 spilled. The result depends only on the corpora: byte-identical for any budget and
@@ -32,11 +32,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lookupdec.build._count import (
+from lookupdec.builder._count import (
     GUESS_BITS,
     I64,
     IdCode,
-    IdsOutOfRange,
     Part,
     count_packed,
     count_shard,
@@ -45,8 +44,9 @@ from lookupdec.build._count import (
     parts_from_run,
     reduce_bucket,
 )
-from lookupdec.build._sources import Source, id_code
-from lookupdec.build._write import AnyPart, IndexSummary, MemoryPart, StoredPart, write_index
+from lookupdec.builder._sources import Source, id_code
+from lookupdec.builder._write import AnyPart, IndexSummary, MemoryPart, StoredPart, write_index
+from lookupdec.errors import IdsOutOfRange
 
 Progress = Callable[[int, int], None]
 Corpus = str | os.PathLike[str] | npt.NDArray[Any]
@@ -132,7 +132,7 @@ def make_plan(
     """Shards and buckets for ``sources`` within ``memory`` bytes shared by ``workers`` processes.
 
     Nothing spills when everything fits in ``memory`` (unless ``force_spill``, for a cluster).
-    ``code`` defaults to the one :func:`~lookupdec.build._sources.id_code` finds by reading
+    ``code`` defaults to the one :func:`~lookupdec.builder._sources.id_code` finds by reading
     every id once; :func:`create_index` passes ``IdCode(GUESS_BITS)`` instead and falls back to
     the scan only if a count meets an id outside ``0 .. 2**21 - 1``.
     """
@@ -302,7 +302,7 @@ def _trace(what: str, t0: float) -> float:
     """With ``LOOKUPDEC_BUILD_TRACE=1``, one stderr line per step: its wall time."""
     now = time.perf_counter()
     if os.environ.get("LOOKUPDEC_BUILD_TRACE") == "1":
-        print(f"lookupdec.build: {what} {now - t0:.2f} s", file=sys.stderr, flush=True)
+        print(f"lookupdec.builder: {what} {now - t0:.2f} s", file=sys.stderr, flush=True)
     return now
 
 

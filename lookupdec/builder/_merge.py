@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from lookupdec.build._count import I64, IdCode, merge_runs, part_from_run, split_run
-from lookupdec.build._create import BYTES_PER_ENTRY, Progress, default_memory, default_workers
-from lookupdec.build._write import AnyPart, IndexSummary, MemoryPart, write_index
+from lookupdec.builder._count import I64, IdCode, merge_runs, part_from_run, split_run
+from lookupdec.builder._create import BYTES_PER_ENTRY, Progress, default_memory, default_workers
+from lookupdec.builder._write import AnyPart, IndexSummary, MemoryPart, write_index
 from lookupdec.errors import CacheFormatError
 from lookupdec.formats import INDEX_HEADER_SIZE, LookupdecIndexReader
 from lookupdec.formats.index_header import index_header
@@ -140,9 +140,9 @@ def merge_indexes(
     """Add lookupdec static indexes together into ``output``, within ``memory`` bytes.
 
     The same file as ``lookupdec merge`` through an in-memory cache (and as one
-    :func:`~lookupdec.build.create_index` of all their corpora), byte for byte. Counts
+    :func:`~lookupdec.builder.create_index` of all their corpora), byte for byte. Counts
     above ``2**31 - 1`` are clipped; the summary says how many. ``workers`` is accepted
-    for symmetry with :func:`~lookupdec.build.create_index`; the merge runs in this
+    for symmetry with :func:`~lookupdec.builder.create_index`; the merge runs in this
     process (it is bound by reading, not by sorting).
     """
     memory = default_memory() if memory is None else memory
@@ -181,7 +181,7 @@ def _merge_spilled(
     memory: int,
     tmpdir: str | os.PathLike[str] | None,
 ) -> IndexSummary:
-    from lookupdec.build._write import StoredPart
+    from lookupdec.builder._write import StoredPart
 
     total_entries = sum(ix.n_entries for ix in ixs)
     n_buckets = -(-total_entries // entries_per_slice)

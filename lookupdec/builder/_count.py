@@ -26,6 +26,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from lookupdec.errors import IdsOutOfRange, TooManyIdsError
+from lookupdec.rules import INT32_MAX
+
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 
@@ -34,17 +37,9 @@ MAX_BITS = 21
 GUESS_BITS = MAX_BITS
 """The id width a create assumes before reading any id (every real vocabulary fits; a corpus
 with other ids makes the first count fail with :class:`IdsOutOfRange` and the plan scan them)."""
-INT32_MAX = 2**31 - 1
+
 PACK_BLOCK = 1 << 20
 """Triples packed per numpy call: keeps the int64 temporaries of packing small."""
-
-
-class IdsOutOfRange(ValueError):
-    """An id does not fit the identity code in use: the plan must scan the corpus for its ids."""
-
-
-class TooManyIdsError(ValueError):
-    """The corpus has more than ``2**21`` distinct token ids: triples do not fit in an int64."""
 
 
 @dataclass(frozen=True)

@@ -5,16 +5,24 @@
 on a pool of processes; the file is byte-identical for any budget and worker count.
 :func:`merge_indexes` adds lookupdec indexes together the same way. The steps are plain
 functions (:func:`count_shard`, :func:`reduce_bucket`, :func:`write_index`) so that Dask
-(:mod:`lookupdec.build.dask`, extra ``lookupdec[dask]``), Spark or Ray can run them.
+(:mod:`lookupdec.builder.dask`, extra ``lookupdec[dask]``), Spark or Ray can run them.
 """
 
 from __future__ import annotations
 
-from lookupdec.build._count import IdCode, Part, count_shard, reduce_bucket
-from lookupdec.build._create import Plan, Shard, create_index, default_memory, default_workers, make_plan, parse_memory
-from lookupdec.build._merge import merge_indexes
-from lookupdec.build._sources import Source
-from lookupdec.build._write import IndexSummary, MemoryPart, StoredPart, write_index
+from lookupdec.builder._count import IdCode, Part, count_shard, reduce_bucket
+from lookupdec.builder._create import (
+    Plan,
+    Shard,
+    create_index,
+    default_memory,
+    default_workers,
+    make_plan,
+    parse_memory,
+)
+from lookupdec.builder._merge import merge_indexes
+from lookupdec.builder._sources import Source
+from lookupdec.builder._write import IndexSummary, MemoryPart, StoredPart, write_index
 
 __all__ = [
     "IdCode",

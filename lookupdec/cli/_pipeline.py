@@ -1,10 +1,9 @@
-"""The steps the CLI and the demo share: choose an implementation, build, write, load, replay.
+"""The steps the subcommands share: choose an implementation, build, write, load, replay.
 
-Both :mod:`lookupdec.cli` and :mod:`lookupdec.demo` import this module (neither imports the
-other's helpers). Loading goes through :mod:`lookupdec.formats` for what an implementation
-does not read itself: the pure-Python reference reads only llama.cpp's legacy format, so
-other formats reach it as canonical contents (``NgramCache.from_contents``), and a fork v1
-file (no key table) is opened as a ``formats.ForkStatic`` that either implementation drafts with.
+Loading goes through :mod:`lookupdec.formats` for what an implementation does not read
+itself: the pure-Python reference reads only llama.cpp's legacy format, so other formats
+reach it as canonical contents (``NgramCache.from_contents``), and a fork v1 file (no key
+table) is opened as a ``formats.ForkStatic`` that either implementation drafts with.
 """
 
 from __future__ import annotations
@@ -19,14 +18,11 @@ from types import ModuleType
 from typing import Any
 
 import lookupdec
-from lookupdec.errors import LookupdecError, warn_saturated
+from lookupdec.errors import UsageError, warn_saturated
+from lookupdec.rules import INT32_MAX, check_corpus
 
 ProgressCallback = Callable[[int, int], None]
 """``progress(done, total)``, called as work advances."""
-
-
-class UsageError(LookupdecError):
-    """A problem with the command line or its inputs, reported as one line, exit code 2."""
 
 
 @contextmanager
@@ -114,7 +110,7 @@ def load_static(impl: ModuleType, path: str, *, in_memory: bool = False, verify:
     A 0-byte file is an error (a static cache is never empty: most likely a failed write).
     """
     # ForkStatic and LookupdecIndexReader only where used: their modules import numpy, which
-    # the fast path's own index reader does without (~11 MB of a replay's peak RSS).
+    # the fast path's own index reader does without (it would weigh on a replay's peak RSS).
     from lookupdec.formats.detect import detect_format, refuse_empty_static
 
     require_file(path, "static cache, -lcs")
@@ -202,9 +198,6 @@ def write_cache(cache: Any, path: str, fmt: str, vocab_size: int = 0, vocab_fing
     write_static(cache.items(), path, fmt, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint)
 
 
-INT32_MAX = 2**31 - 1
-
-
 def saturate_counts(impl: ModuleType, cache: Any, path: str) -> Any:
     """``cache``, or a copy with every count above 2^31-1 set to 2^31-1, and one warning naming ``path``.
 
@@ -246,8 +239,8 @@ def write_corpus_file(
     ``path`` (atomically) and return it opened (a ``lookupdec.fast.CorpusIndex``, in memory).
 
     Built by the fast path whatever the implementation in use (the file is the same for both;
-    the reference reads its ids). The file is about 32 bytes per token; the build's time and peak
-    memory are in docs/performance.md ("The corpus file").
+    the reference reads its ids). Its size, the build's time and peak memory are in
+    docs/performance.md ("The corpus file").
     """
     from array import array
 
@@ -291,8 +284,7 @@ def replay_stats(
     """
     from lookupdec.formats import detect_format
 
-    if corpus is not None and policy != "hybrid":
-        raise ValueError("a corpus is matched by the hybrid policy: give it with policy='hybrid'")
+    check_corpus(corpus, policy)
     t0 = time.perf_counter()
     nc_static = load_static(impl, static, in_memory=in_memory, verify=verify) if static is not None else None
     nc_dynamic = load_dynamic(impl, dynamic)
@@ -310,7 +302,7 @@ def replay_stats(
     corpus_tokens = history.corpus_tokens() if history is not None else None
     if branches > 1:
         result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress, policy, history, branches)
-    else:  # the call as before tree drafts: implementations without them (e.g. perf's peers) still replay
+    else:  # no branches argument: implementations without tree drafts (e.g. perf's peers) replay too
         result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress, policy, history)
     t_draft = result.t_draft_s
     return {

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import queue
-import struct
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -21,13 +20,11 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from lookupdec._atomic import atomic_writer
-from lookupdec.build import _probe
-from lookupdec.build._count import I64, Part
-from lookupdec.formats import INDEX_HEADER_SIZE, INDEX_VERSION, MAGIC_LOOKUPDEC
+from lookupdec.builder import _probe
+from lookupdec.builder._count import I64, Part
+from lookupdec.formats import INDEX_HEADER_SIZE
+from lookupdec.formats.index_header import pack_index_header
 
-# The header of docs/static-index.md: magic, version, header_size, ngram_size, flags, n_keys,
-# n_entries, n_slots, vocab_size, vocab_fingerprint, total_count, file_size, checksum, reserved.
-HEADER = struct.Struct("<8sIIIIQQQQ8sQQ8sQ")
 HASH_MULT = np.uint64(0x9E3779B97F4A7C15)
 SLOT_PIECE = 1 << 20
 """Slots converted to bytes per call (bounds the copy)."""
@@ -351,10 +348,7 @@ def _write(
                 pad()
             for p in parts:
                 put(_raw(p.section(name), "<i4"))
-        header = HEADER.pack(
-            MAGIC_LOOKUPDEC, INDEX_VERSION, INDEX_HEADER_SIZE, 2, 0, n_keys, n_entries, n_slots, vocab_size,
-            vocab_fingerprint, total, pos, sink.digest(), 0,
-        )  # fmt: skip
+        header = pack_index_header(n_keys, n_entries, n_slots, vocab_size, vocab_fingerprint, total, pos, sink.digest())
         f.seek(0)
         f.write(header)
     return IndexSummary(n_keys, n_entries, total, pos, sum(p.saturated for p in parts))

@@ -3,11 +3,11 @@
 vLLM calls its proposer once per step with the whole batch and names requests only by their
 row. ``lookupdec.adapters.vllm.LookupProposer`` hands each call to :class:`RowTracker`, which
 reads each row's first, middle and last known token (one vectorized NumPy read), recognizes
-the request of each row, ends the requests that left, and extends and drafts. Written in
-interpreted Python that bookkeeping cost about as much per row as the drafting itself; here it
-is native code, and a ``lookupdec.fast`` request is extended and asked to propose through
-native calls. Requests of any Drafter work (e.g. the reference's, or the fast one's with the
-hybrid policy): they are called through their Python methods.
+the request of each row, ends the requests that left, and extends and drafts. It runs for every
+row of every step, so it is compiled with the fast path: interpreted, this bookkeeping would
+cost as much as the drafting it serves. A ``lookupdec.fast`` request is extended and asked to
+propose through native calls; requests of any other Drafter (e.g. the reference's, or the fast
+one's with the hybrid policy) are called through their Python methods.
 
 This module is compiled by mypyc (see ``setup.py``); it also runs unchanged as plain Python.
 """

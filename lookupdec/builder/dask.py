@@ -1,15 +1,15 @@
 """Sharded create on a Dask cluster (``pip install 'lookupdec[dask]'``).
 
 The cluster runs the same two plain functions as a local create: one
-:func:`~lookupdec.build.count_shard` per shard (each shard reads its own slice of a corpus
+:func:`~lookupdec.builder.count_shard` per shard (each shard reads its own slice of a corpus
 file, with the two ids before it as carry), then one
-:func:`~lookupdec.build.reduce_bucket` per bucket (a contiguous key range). This process
+:func:`~lookupdec.builder.reduce_bucket` per bucket (a contiguous key range). This process
 collects the parts in key order, spills them to a temporary folder, and writes the index
-with :func:`~lookupdec.build.write_index`: the same bytes as a local create.
+with :func:`~lookupdec.builder.write_index`: the same bytes as a local create.
 
 Corpus files must be readable at the same path on every worker (a shared filesystem);
 corpora given as arrays are sent with their shards. A worker that dies mid-job has its
-tasks recomputed by Dask; if the job fails anyway, :class:`BuildError` is raised and no
+tasks recomputed by Dask; if the job fails anyway, :class:`~lookupdec.errors.BuildError` is raised and no
 output is written (the index is written atomically, at the end).
 """
 
@@ -21,15 +21,11 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
-from lookupdec.build._count import I64, IdCode, Part, count_shard, reduce_bucket
-from lookupdec.build._create import Corpus, Progress, Shard, default_memory, make_plan
-from lookupdec.build._sources import Source
-from lookupdec.build._write import AnyPart, IndexSummary, StoredPart, write_index
-from lookupdec.errors import LookupdecError
-
-
-class BuildError(LookupdecError):
-    """A distributed build failed (the cluster, not the input); nothing was written."""
+from lookupdec.builder._count import I64, IdCode, Part, count_shard, reduce_bucket
+from lookupdec.builder._create import Corpus, Progress, Shard, default_memory, make_plan
+from lookupdec.builder._sources import Source
+from lookupdec.builder._write import AnyPart, IndexSummary, StoredPart, write_index
+from lookupdec.errors import BuildError, LookupdecError
 
 
 def _client(scheduler: Any) -> tuple[Any, bool]:
@@ -77,7 +73,7 @@ def create_index_dask(
     progress: Progress | None = None,
     tmpdir: str | os.PathLike[str] | None = None,
 ) -> IndexSummary:
-    """:func:`~lookupdec.build.create_index` with the counting on a Dask cluster.
+    """:func:`~lookupdec.builder.create_index` with the counting on a Dask cluster.
 
     ``scheduler`` is an address (``tcp://host:8786``) or a ``distributed.Client``;
     ``memory`` is the budget of one worker task (default :func:`default_memory`): shards

@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lookupdec._rawids import check_raw_size
-from lookupdec.build._count import IdCode
+from lookupdec.builder._count import IdCode
 from lookupdec.errors import TokenFileError
 from lookupdec.tokens import npy_layout
 

@@ -7,17 +7,26 @@ test split as the replay text, both Llama-3 token ids.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
+
+from lookupdec.cli import _pipeline as steps
+from lookupdec.cli._common import (
+    EXIT_OK,
+    add_command,
+    add_impl_option,
+    add_replay_options,
+    check_replay_options,
+    want_progress,
+)
 
 CORPUS_FILE = "enwiki_wt.demo.llama3.bin"
 """Shipped static corpus: the first 367,182 tokens of ``enwiki_wt.10M.llama3.bin``."""
@@ -43,6 +52,8 @@ class DemoRow:
 @contextmanager
 def data_file(name: str) -> Iterator[Path]:
     """A real file system path to a file shipped in ``lookupdec/data`` (works from a zip too)."""
+    from importlib import resources  # here, not at the top: it imports tempfile, which other commands do without
+
     with resources.as_file(resources.files("lookupdec") / "data" / name) as path:
         yield Path(path)
 
@@ -62,7 +73,8 @@ def run_demo(
     out: TextIO | None = None,
 ) -> list[DemoRow]:
     """Run the demo for ``impls`` (default: every implementation present) and print the table to ``out``."""
-    from lookupdec import _pipeline as steps
+    import tempfile  # here, not at the top: other commands do without it
+
     from lookupdec.tokens import read_tokens
 
     stream = out if out is not None else sys.stdout
@@ -170,3 +182,37 @@ def run_demo(
     if "fast" in fastest and "reference" in fastest and fastest["fast"] > 0:
         say(f"fast path speed-up per drafted token (with static): {fastest['reference'] / fastest['fast']:.1f}x")
     return rows
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``lookupdec demo``: the pipeline on the shipped data."""
+    check_replay_options(args)
+    impls = [args.impl] if args.impl else None
+    if impls:
+        steps.resolve_impl(impls[0])
+    run_demo(impls=impls, n_ctx=args.n_ctx, n_draft=args.n_draft, progress=want_progress(args), as_json=args.json)
+    return EXIT_OK
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``demo`` and its options to the subparsers ``sub``."""
+    p = add_command(
+        sub,
+        "demo",
+        summary="build a static cache and replay a text from data shipped with lookupdec",
+        description="The main job on real data shipped with the package (Llama-3 token ids of English "
+        "Wikipedia text; see lookupdec/data/README.md): build a static cache from the shipped corpus in a "
+        "temporary folder, replay the shipped WikiText test slice with and without it, for each "
+        "implementation present, and print acceptance, drafted and accepted tokens, time per drafted "
+        "token and static load time. Like running llama-lookup-create, then llama-lookup-stats twice.",
+        examples="""
+            lookupdec demo
+            lookupdec demo --impl reference
+            lookupdec demo --json
+            """,
+        func=cmd_demo,
+    )
+    add_impl_option(p)
+    add_replay_options(p)
+    p.add_argument("--json", action="store_true", help="print the rows as one JSON object")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
