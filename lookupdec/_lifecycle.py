@@ -32,7 +32,15 @@ from lookupdec._shared_file import merge_into_file
 from lookupdec.errors import RequestClosedError, VocabularyError
 from lookupdec.formats.index_header import read_index_vocab
 from lookupdec.result import common_prefix, tree_nodes
-from lookupdec.rules import INT32_MAX, NGRAM_MAX, NGRAM_MIN, check_branches, check_corpus, check_policy
+from lookupdec.rules import (
+    INT32_MAX,
+    NGRAM_MAX,
+    NGRAM_MIN,
+    check_branches,
+    check_corpus,
+    check_policy,
+    check_vocab_fingerprint,
+)
 
 
 class Cache(Protocol):
@@ -306,11 +314,11 @@ class Drafter:
             if fingerprint is not None and os.path.isfile(path):
                 header = read_index_vocab(path)
                 if header is not None:
-                    check_fingerprint(path, header[1], fingerprint)
+                    check_vocab_fingerprint(path, "static index", header[1], fingerprint)
             return p.load_static(path, in_memory=in_memory)
         known = getattr(static, "vocab_fingerprint", None)
         if fingerprint is not None and isinstance(known, bytes):
-            check_fingerprint(getattr(static, "path", "the static index"), known, fingerprint)
+            check_vocab_fingerprint(getattr(static, "path", "the static index"), "static index", known, fingerprint)
         return static
 
     # --- requests -----------------------------------------------------------------------
@@ -398,12 +406,8 @@ class Drafter:
         from lookupdec.formats.corpus import read_corpus_header
 
         h = read_corpus_header(path)
-        want = fingerprint if fingerprint is not None else bytes(8)
-        if bytes(8) not in (h.vocab_fingerprint, want) and h.vocab_fingerprint != want:
-            raise VocabularyError(
-                f"{path}: the corpus file was built for another vocabulary "
-                f"(fingerprint {h.vocab_fingerprint.hex()}, the tokenizer's is {want.hex()})"
-            )
+        if fingerprint is not None:
+            check_vocab_fingerprint(path, "corpus file", h.vocab_fingerprint, fingerprint)
         if self.vocab_size is not None and h.vocab_size > self.vocab_size:
             raise VocabularyError(
                 f"{path}: the corpus file was built for a vocabulary of {h.vocab_size} ids, "
@@ -414,15 +418,6 @@ class Drafter:
         return (
             f"<{self.primitives.name}.Drafter n_draft={self.n_draft} policy={self.policy} open={self._host.tally.open} "
             f"requests={self._host.tally.requests} dynamic={self._dynamic_path or 'memory'}>"
-        )
-
-
-def check_fingerprint(where: str, found: bytes, expected: bytes) -> None:
-    """Raise :class:`VocabularyError` when both fingerprints are known (not all zero) and differ."""
-    if found != bytes(8) and expected != bytes(8) and found != expected:
-        raise VocabularyError(
-            f"{where}: the static index was built for another vocabulary "
-            f"(fingerprint {found.hex()}, the tokenizer's is {expected.hex()})"
         )
 
 

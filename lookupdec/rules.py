@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from lookupdec.errors import VocabularyError
+
 INT32_MIN: Final = -(2**31)
 """The smallest int32: llama.cpp's token ids, counts and scores are int32."""
 INT32_MAX: Final = 2**31 - 1
@@ -59,3 +61,15 @@ def _option(name: str, value: object, flags: bool) -> str:
     if flags:
         return f"--{name}" if value is None else f"--{name} {value}"
     return name if value is None else f"{name}={value!r}"
+
+
+def check_vocab_fingerprint(where: str, what: str, found: bytes, expected: bytes) -> None:
+    """VocabularyError when both 8-byte vocabulary fingerprints are known (not all zero) and differ:
+    the ``what`` (e.g. "static index") at ``where`` was built for another vocabulary, so its ids
+    would mean other tokens."""
+    unknown = bytes(8)
+    if found != unknown and expected != unknown and found != expected:
+        raise VocabularyError(
+            f"{where}: the {what} was built for another vocabulary "
+            f"(fingerprint {found.hex()}, the tokenizer's is {expected.hex()})"
+        )

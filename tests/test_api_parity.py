@@ -44,8 +44,12 @@ def test_every_reference_module_has_its_fast_mirror() -> None:
 
 
 def test_public_names() -> None:
+    import lookupdec
+
     assert set(ref.__all__) <= set(fast.__all__)
     assert set(fast.__all__) - set(ref.__all__) == FAST_ONLY
+    # the package exports the implementations' shared names (and its own two)
+    assert set(lookupdec.__all__) == set(ref.__all__) | {"__version__", "implementation"}
 
 
 Param = tuple[str, str, str]

@@ -23,7 +23,7 @@ from lookupdec.cli._common import (
 )
 from lookupdec.cli._pipeline import progress_bar, replay_stats, require_file, resolve_impl
 from lookupdec.errors import UsageError
-from lookupdec.rules import check_branches, check_corpus
+from lookupdec.rules import check_branches, check_corpus, check_vocab_fingerprint
 
 _MMAP_THRESHOLD: Final = 128 * 1024  # glibc's initial M_MMAP_THRESHOLD
 _M_MMAP_THRESHOLD: Final = -3  # glibc's mallopt parameter number (malloc.h)
@@ -148,11 +148,7 @@ def _check_static_vocab(static: str, tokenizer: str, n_vocab: int, fingerprint: 
         size, fp = int(reader.vocab_size), bytes(reader.vocab_fingerprint)
     if not size:  # an index that records no vocabulary: read its ids
         _check_ids_in_vocab(static, tokenizer, n_vocab)
-    if fp != bytes(8) and fp != fingerprint:
-        raise UsageError(
-            f"{static}: static index was built with another vocabulary (fingerprint {fp.hex()}) than "
-            f"{tokenizer} ({fingerprint.hex()}); its token ids would mean other tokens"
-        )
+    check_vocab_fingerprint(static, "static index", fp, fingerprint)
     if size and size != n_vocab:
         raise UsageError(
             f"{static}: static index was built for a vocabulary of {size:,} ids, {tokenizer} has {n_vocab:,}"
