@@ -70,7 +70,10 @@ def static_file(src: Corpus, n_tokens: int, fmt: str) -> Path:
 
 def open_static(impl: ModuleType, path: Path, mode: str) -> Any:
     """Open a static file the way ``mode`` says, with ``impl``."""
-    from lookupdec.cli._pipeline import load_static
+    try:
+        from lookupdec.cli._pipeline import load_static
+    except ImportError:  # a commit from before the cli package (perf track measures old commits too)
+        from lookupdec._pipeline import load_static  # type: ignore[import-not-found,no-redef]
 
     return load_static(impl, str(path), in_memory=(mode == "lookupdec-loaded"))
 
