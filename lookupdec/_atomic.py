@@ -193,7 +193,7 @@ def _clean_stale(folder: str, base: str) -> None:
 
 def _tmp_name(folder: str, base: str) -> str:
     # os.urandom, what secrets.token_hex reads: importing secrets loads hmac, hashlib and
-    # OpenSSL's libcrypto, 3.7 MB of every command's RSS (issue 10 item 4).
+    # OpenSSL's libcrypto, megabytes of every command's RSS.
     return os.path.join(folder, f".{base}{_TMP_TAG}{os.getpid()}-{os.urandom(4).hex()}.tmp")
 
 

@@ -19,9 +19,8 @@ Layout of :class:`NgramCache` (all arrays indexed by a key ordinal ``kid`` or a 
 - nodes: ``ntok``, ``ncnt``, ``nnext``, ``nkey``. A key whose counts sum to at most
   :data:`SCAN_MAX` has at most that many followers, found by walking its list; the nodes of
   every other key are found by (kid, token) through a second open-addressing table ``pslots``,
-  so a count update never walks a long list. Most keys of a replay are seen once or twice
-  (85 % of the WikiText replay's 599,225 keys have a sum of 1): the table holds a fifth of the
-  nodes and is a quarter of the size it had when it held all of them (2 MB instead of 8).
+  so a count update never walks a long list. Most keys of a replay are seen once or twice, so
+  the table holds a small share of the nodes and stays small.
 
 Counts (``ncnt``) and the per-key ``sum`` and ``max`` are exact, like the reference's unbounded
 Python ints, but stored in int32 slots: a value past 2^31-1, which only merges of big caches

@@ -31,7 +31,7 @@ from lookupdec.fast._cache import to_vec
 from lookupdec.fast._mapbytes import MappedBytes, huge_copy, map_bytes, read_whole
 from lookupdec.fast._tables import NULL32, filled_i32, low32, pack, static_slot, word_probe, word_slots
 
-# Imported here, not where used: on first use they would cost a process's first open ~2 ms.
+# Imported here, not where used: on first use they would cost a process's first open.
 from lookupdec.formats.corpus import CORPUS_HEADER, MAGIC_CORPUS, READABLE_VERSIONS, corpus_header, min_slots
 from lookupdec.formats.detect import open_regular
 
@@ -49,9 +49,9 @@ OLDER_THAN_ALL: Final[i64] = 1 << 40
 def checksum8(body: bytes | memoryview) -> bytes:
     """The file's checksum of ``body``: BLAKE2b, 8 bytes.
 
-    hashlib is imported here, not with the module: it loads OpenSSL (about 4 MB of resident
+    hashlib is imported here, not with the module: it loads OpenSSL (megabytes of resident
     memory), and every ``lookupdec stats`` imports this module without ever writing or
-    verifying a corpus file (issue 10's replay memory).
+    verifying a corpus file.
     """
     import hashlib
 

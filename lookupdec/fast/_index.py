@@ -11,7 +11,7 @@ helpers of its ``lib-rt`` that gcc inlines: a bounds check against the object's 
 (``lookupdec.fast._mapbytes``, CPython on Linux). Where that is not available an ``mmap`` is
 used, which is not a ``bytes``: each lookup then slices the few bytes it needs (a slot, a key,
 two starts, a pick, then the followers' tokens and counts) into small ``bytes`` objects and
-reads those, through a memo of recent parts (about 1.3x slower drafting).
+reads those, through a memo of recent parts (slower drafting).
 
 Every offset read from the file is checked before it is used, so a corrupt file raises
 :class:`~lookupdec.errors.CacheFormatError` instead of reading out of bounds.
@@ -31,8 +31,8 @@ from mypy_extensions import i32, i64
 from lookupdec.errors import CacheFormatError
 from lookupdec.fast._mapbytes import MappedBytes, map_bytes, read_whole
 
-# Imported here, not in StaticIndex.open: on first use they cost a process's first open ~2 ms
-# (the header's dataclass is built then), against a steady open of ~0.1 ms.
+# Imported here, not in StaticIndex.open: on first use they would cost a process's first open
+# many times a steady open (the header's dataclass is built then).
 from lookupdec.formats.detect import format_of, open_regular, refuse_empty_static
 from lookupdec.formats.index_header import INDEX_HEADER_SIZE, index_header
 
@@ -65,7 +65,7 @@ DMEMO_BITS: Final[i64] = 15
 # The bitmap of checked parts (a bit per key, 32 per i64 word) is allocated in pages of
 # 2**CHECK_PAGE_BITS keys (1,024 words, 8 KiB), each on the first lookup in it: one bitmap of
 # n_keys / 4 bytes, zeroed on the first lookup, made the first draft after opening cost time in
-# proportion to the index (10 ms at 51.7M keys, most of it page faults on the fresh memory).
+# proportion to the index (page faults on the fresh memory).
 CHECK_PAGE_BITS: Final[i64] = 15
 CHECK_PAGE_MASK: Final[i64] = (1 << (CHECK_PAGE_BITS - 5)) - 1
 SEARCH_AHEAD_MIN: Final[i64] = 32

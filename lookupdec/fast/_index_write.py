@@ -128,8 +128,8 @@ class IndexBuilder:
             write_i32_le(w, self.counts[j])
         pos += 4 * n_entries
         body = w.getvalue()
-        # Imported here, not at the top: hashlib loads OpenSSL's libcrypto, 3.7 MB of a replay's
-        # peak RSS (issue 10 item 4), and only writing an index needs it.
+        # Imported here, not at the top: hashlib loads OpenSSL's libcrypto, megabytes of a
+        # replay's peak RSS, and only writing an index needs it.
         import hashlib
 
         checksum = hashlib.blake2b(body, digest_size=8).digest()

@@ -154,8 +154,8 @@ def merge_sorted(self: NgramCache, other: NgramCache) -> None:
         bt = best[kid]
         while node >= 0:
             tok32 = ontok[node]
-            # The int32 slots read and written inline, the side arrays only past int32:
-            # get_count and set_count per follower cost this loop 7 % (a merge of loaded caches).
+            # The int32 slots read and written inline, the side arrays only past int32: a
+            # get_count and set_count per follower showed in this loop's profile.
             c = i64(oncnt[node])
             if c < 0:
                 c = owcnt[-1 - c]

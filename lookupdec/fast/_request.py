@@ -3,7 +3,7 @@
 A step of generation is one ``propose`` and one ``extend``: a few µs of compiled drafting and
 counting. Written in interpreted Python (``lookupdec._lifecycle.Request``), the checks around
 them (a closed request, the ids' range, which prefix of the last proposal was confirmed, the
-Drafter's counters) cost 1-4 µs more per step; here they are native code calling the compiled
+Drafter's counters) would cost as much again; here they are native code calling the compiled
 ``draft``/``update`` directly. :class:`Request` is what ``lookupdec.fast.Drafter.request``
 returns for the ``"llama"`` policy (the hybrid policy keeps the shared lifecycle's request),
 with the same methods, results and errors as the shared one.

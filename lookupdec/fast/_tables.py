@@ -32,8 +32,8 @@ FILL_BLOCK: Final[i64] = 4096
 def filled_i32(n: i64, value: i32) -> vec[i32]:
     """A vec of ``n`` copies of ``value``."""
     # Whole blocks copied by extend (a memcpy each), not n appends: a hash table's slots are
-    # filled this way on every rehash, and one append per slot was 2 % of a replay's
-    # instructions (callgrind). The block is a separate vec because extending a vec with
+    # filled this way on every rehash, where an append per slot showed in a replay's profile.
+    # The block is a separate vec because extending a vec with
     # itself reallocates it every time; ``v`` is allocated once, at its final size.
     blk = vec[i32]([value])
     while 2 * i64(len(blk)) <= n and i64(len(blk)) < FILL_BLOCK:
@@ -88,13 +88,13 @@ def pair_hash(kid: i64, tok: i32) -> i64:
 
 
 # The two open-addressing tables of NgramCache (keys; (key, follower) pairs) probe linearly,
-# and these three functions are the only copies of the probe loop. A probe returns one i64,
+# through these functions (the other in-memory tables through word_probe and token_probe
+# below): the only copies of the probe loop. A probe returns one i64,
 # the entry found or ``-1 - slot`` for the empty slot, so a caller tests its sign and an
 # insert knows where to write without probing again. mypyc compiles each call to a direct C
-# call (``CPyDef__core___key_probe``), which gcc inlines only because setup.py passes
-# -fno-semantic-interposition (see there). Built without that flag, the shared probe cost
-# _find 36 more instructions a call than the copied loop it replaced (142 against 106,
-# callgrind over a replay), and drafting about 11 % more instructions.
+# call (``CPyDef__tables___key_probe``), which gcc inlines only because setup.py passes
+# -fno-semantic-interposition (see there): without it a shared probe costs more than a copied
+# loop.
 
 
 def key_probe(slots: vec[i32], k0: vec[i64], k1: vec[i64], mask: i64, w0: i64, w1: i64) -> i64:
