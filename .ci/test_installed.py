@@ -5,8 +5,9 @@ Usage: ``python .ci/test_installed.py PROJECT_DIR [pytest args...]``
 Used by ``.ci/wheel-check`` (here) and by cibuildwheel's ``test-command`` (wheels.yml, every
 platform, so this is Python rather than shell). It copies ``tests/``, ``perf/`` (test_perf_gate
 imports it; it is not part of the wheel), ``README.md`` and ``docs/hybrid.md``
-(tests/test_readme.py runs their examples) and ``pyproject.toml`` (pytest's configuration:
-the ``slow`` marker and the default ``-m 'not slow'``) into a temporary directory and runs pytest
+(tests/test_readme.py runs their examples), ``setup.py`` (tests/test_fast_compiled.py reads
+its ``HOT_MODULES``) and ``pyproject.toml`` (pytest's configuration: the ``slow`` marker and
+the default ``-m 'not slow'``) into a temporary directory and runs pytest
 there, so ``import lookupdec`` can only find the installed package, never the checkout's
 uncompiled ``.py`` files. Before the tests it checks that:
 
@@ -43,7 +44,7 @@ def main(argv: list[str]) -> int:
         shutil.copytree(project / "tests", work / "tests", ignore=ignore)
         shutil.copytree(project / "perf", work / "perf", ignore=ignore)
         (work / "docs").mkdir()
-        for name in ("pyproject.toml", "README.md", "docs/hybrid.md"):
+        for name in ("pyproject.toml", "setup.py", "README.md", "docs/hybrid.md"):
             shutil.copy2(project / name, work / name)
         where = subprocess.run(
             [sys.executable, "-c", "import lookupdec, sys; sys.stdout.write(lookupdec.__file__)"],

@@ -52,9 +52,8 @@ class BlockWriter(io.RawIOBase):
     cache allocates a folio per write of the written size, up to 2 MiB, where the file system
     allows large folios: written in whole aligned blocks, the file is cached in 2 MiB
     folios, and a 2 MiB-aligned mapping of it is mapped with huge pages. Written through a
-    small buffer (``open(..., "wb")``'s 8 KiB), a 33 MB index was cached in small folios only
-    (``FilePmdMapped`` 0 in ``/proc/self/smaps``), a 2.45 GB one for the most part, and
-    drafting from them went through 4 KiB pages.
+    small buffer (``open(..., "wb")``'s 8 KiB), an index is cached in small folios
+    (``FilePmdMapped`` 0 in ``/proc/self/smaps``) and drafting from it goes through 4 KiB pages.
 
     After a :meth:`seek` (a header patched in place) writes go straight to the file.
     """

@@ -1,9 +1,8 @@
 """Raw token files (little-endian int32 ids) read with the standard library only.
 
-``lookupdec stats`` replays a token file: reading it through numpy and ``tolist()`` cost the
-replay ~21 MB of its peak RSS (numpy's import ~11 MB, a Python int per id ~10 MB for the
-WikiText replay), next to a fork that uses 46 MB in all. An ``array('i')`` holds the ids in
-4 bytes each, and the fast path copies it into a ``vec[i32]`` with one ``memcpy``.
+``lookupdec stats`` replays a token file: reading it through numpy and ``tolist()`` would add
+numpy's import and a Python int per id to the replay's peak RSS. An ``array('i')`` holds the
+ids in 4 bytes each, and the fast path copies it into a ``vec[i32]`` with one ``memcpy``.
 :mod:`lookupdec.tokens` (numpy) reads every other kind of input and uses the same checks.
 """
 

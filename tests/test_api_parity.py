@@ -70,7 +70,8 @@ def source_params(cls: type, method: str) -> list[Param]:
     nor a method whose default is a named constant."""
     module = importlib.import_module(cls.__module__)
     assert module.__file__ is not None
-    source = Path(module.__file__.split(".")[0] + ".py").read_text(encoding="utf-8")
+    compiled = Path(module.__file__)  # _cache.cpython-311-x86_64-linux-gnu.so: its source is beside it
+    source = compiled.with_name(compiled.name.split(".")[0] + ".py").read_text(encoding="utf-8")
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
             for item in node.body:

@@ -189,8 +189,8 @@ class Part:
 def merge_runs(runs: Sequence[tuple[I64, npt.NDArray[Any]]]) -> tuple[I64, npt.NDArray[Any]]:
     """Add sorted (u, count) runs together: one sorted run with distinct u (counts int64 when summed).
 
-    (Storing the counts in spare low bits and merging with one in-place ``sort`` was measured
-    no faster than this stable ``argsort``, which merges the presorted runs.)
+    (A stable ``argsort`` merges the presorted runs; storing the counts in spare low bits and
+    merging with one in-place ``sort`` is no faster.)
     """
     runs = [r for r in runs if len(r[0])]
     if not runs:

@@ -26,7 +26,7 @@ Counts (``ncnt``) and the per-key ``sum`` and ``max`` are exact, like the refere
 Python ints, but stored in int32 slots: a value past 2^31-1, which only merges of big caches
 reach, lives in an i64 side array (``wcnt``, ``wsum``, ``wmax``) and its slot holds
 ``-1 - index`` there (no real count or sum is negative; see :func:`get_count`). That is 12
-bytes a key and node less than i64 slots (8.2 MB of the WikiText replay's peak). Counts
+bytes a key and node less than i64 slots. Counts
 saturate only when written to a file. The int32 wrap-around of llama.cpp's weight and score
 (spec 5) is emulated explicitly with :func:`wrap32`.
 """

@@ -722,7 +722,7 @@ def load_static(
     formats are checked in full anyway when decoded. A 0-byte file is an error (a static
     cache is never empty: most likely a failed write).
     """
-    # ForkStatic and read_as_contents only where used: their modules import numpy (~11 MB of
+    # ForkStatic and read_as_contents only where used: their modules import numpy (megabytes of
     # a replay's peak RSS), which opening a lookupdec index or a legacy file does without.
 
     # One open for the format, the size and the header: a lookupdec index is opened on it.

@@ -83,8 +83,9 @@ def class_table() -> bytes:
 
     Built with the ``regex`` module's own ``\\p{L}``, ``\\p{N}`` and ``\\s`` over all code points
     (surrogates included), so the hand-written splitter sees exactly the classes of the regexes
-    it replaces. ~50 ms, so it is kept in the user's cache folder under the ``regex`` version
-    (whose Unicode tables it reflects); a file of the wrong size is rebuilt.
+    it replaces. Building it takes a noticeable part of a second, so it is kept in the user's
+    cache folder under the ``regex`` version (whose Unicode tables it reflects); a file of the
+    wrong size is rebuilt.
     """
     path = os.path.join(_cache_dir(), "pretok", f"classes-regex-{regex.__version__}")
     with contextlib.suppress(OSError), open(path, "rb") as f:
@@ -225,7 +226,7 @@ def byte_ranks(tokens: Sequence[str], types: Sequence[int]) -> dict[bytes, int] 
     """
     ids = [i for i, ttype in enumerate(types) if ttype == 1]
     texts = [tokens[i] for i in ids]
-    # One translate + encode over all texts at once (C speed, ~10x a per-token loop), then cut
+    # One translate + encode over all texts at once (C speed, not a per-token loop), then cut
     # by the texts' lengths: GPT-2's alphabet has one character per byte.
     try:
         joined = "".join(texts).translate(_byte_table()).encode("latin-1")

@@ -30,7 +30,7 @@ class SpmModel:
         for i, text in enumerate(tokens):
             # llama.cpp's token_to_id map keeps the last id of a duplicated text.
             self.token_to_id[text] = i
-        # The heap holds plain ints (a tuple compare costs ~3x more): the dense rank of the
+        # The heap holds plain ints (a tuple compare costs more): the dense rank of the
         # token's score (0 = highest; equal scores, equal rank) first, then the left index,
         # then the merged size, packed as ((rank * SHIFT) + left) * SIZE + size.
         distinct = sorted({float(s) for s in scores}, reverse=True)
