@@ -93,6 +93,7 @@ def test_stats_without_static(anchor: Path, shared: dict[str, Path], capsys: pyt
     assert got["peak_rss_bytes"] > 0 and got["us_per_drafted_token"] > 0
 
 
+@pytest.mark.slow  # seconds: run by .ci/run's slow stage, not the README's command
 def test_create_same_bytes_and_counts(
     anchor: Path, shared: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -112,6 +113,7 @@ def test_create_same_bytes_and_counts(
     assert got["static_format"] == "llama" and counts(got) == expected
 
 
+@pytest.mark.slow  # seconds: run by .ci/run's slow stage, not the README's command
 def test_dynamic_update_and_merge(
     anchor: Path, shared: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -469,6 +469,7 @@ def test_negative_ids_are_refused() -> None:
         ref.SuffixHistory().add_corpus([1, 2, -2])
 
 
+@pytest.mark.slow  # seconds: run by .ci/run's slow stage, not the README's command
 def test_every_word_of_the_body_refused_or_drafted(tmp_path: Path) -> None:
     """Every 4-byte word after the header set to 0, -1 and 2^31-1, one at a time, in a version 3
     file and a version 2 one: the fast path (which reads the structure) refuses with a

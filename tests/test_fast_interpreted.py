@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import lookupdec
 
 PACKAGE = Path(lookupdec.__file__).resolve().parent
@@ -33,6 +35,7 @@ def _run(work: Path, *args: str) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow  # seconds: run by .ci/run's slow stage, not the README's command
 def test_interpreted_fast_path_matches_the_reference(tmp_path: Path) -> None:
     src = tmp_path / "src" / "lookupdec"
     shutil.copytree(PACKAGE, src, ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))

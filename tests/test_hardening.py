@@ -429,6 +429,7 @@ def _replay_outcome(
     return "ok", (r.n_drafted, r.n_accept, r.n_predict)
 
 
+@pytest.mark.slow  # seconds: run by .ci/run's slow stage, not the README's command
 def test_every_int32_of_an_index_body_refused_or_same_counts(tmp_path: Path) -> None:
     """Item 3: each 4-byte word of the body (slots .. counts) set to 0, -1 and 2**31-1, one at a
     time: the reference's reader and the fast path (mapped as bytes, mapped through mmap slices,

@@ -99,6 +99,7 @@ def test_split_equals_regex_on_random_text(pre: str, how: int | bool, impl: str)
         assert _split(module, text, table, how) == ref.split(text), repr(text)
 
 
+@pytest.mark.slow  # seconds: run by .ci/run's slow stage, not the README's command
 @pytest.mark.parametrize(("pre", "how"), [("llama3", 3), ("gpt-2", False)])
 def test_split_equals_regex_on_every_code_point(pre: str, how: int | bool) -> None:
     """Every code point next to another, and between a quote, a digit, a newline, a space, a letter.
