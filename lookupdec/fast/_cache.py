@@ -57,10 +57,13 @@ from lookupdec.fast._tables import (
     copy_i32,
     copy_i64,
     empty_slot,
+    empty_slot64,
     filled_i32,
+    filled_i64,
     get_count,
     key_hash,
     key_probe,
+    key_tag,
     low32,
     pack,
     pair_hash,
@@ -221,7 +224,7 @@ class NgramCache(StaticSource):
     _wsum: vec[i64]
     _wmax: vec[i64]
     _best: vec[i32]
-    _slots: vec[i32]
+    _slots: vec[i64]
     _smask: i64
     _ntok: vec[i32]
     _ncnt: vec[i32]
@@ -249,7 +252,7 @@ class NgramCache(StaticSource):
         self._wsum = vec[i64]()
         self._wmax = vec[i64]()
         self._best = vec[i32]()
-        self._slots = filled_i32(INITIAL_SLOTS, NULL32)
+        self._slots = filled_i64(INITIAL_SLOTS, -1)
         self._smask = INITIAL_SLOTS - 1
         self._ntok = vec[i32]()
         self._ncnt = vec[i32]()
@@ -291,12 +294,13 @@ class NgramCache(StaticSource):
         return s
 
     def _rehash_keys(self, size: i64) -> None:
-        slots = filled_i32(size, NULL32)
+        slots = filled_i64(size, -1)
         mask = size - 1
         k0 = self._k0
         k1 = self._k1
         for kid in range(len(k0)):
-            slots[empty_slot(slots, key_hash(k0[kid], k1[kid]) & mask, mask)] = i32(kid)
+            h = key_hash(k0[kid], k1[kid])
+            slots[empty_slot64(slots, h & mask, mask)] = ((h >> 32) << 32) | kid
         self._slots = slots
         self._smask = mask
 
@@ -307,23 +311,60 @@ class NgramCache(StaticSource):
         """
         if self._stale:
             self._fresh()
-        k0 = self._k0
-        mask = self._smask
-        s = key_probe(self._slots, k0, self._k1, mask, w0, w1)
+        s = key_probe(self._slots, self._k0, self._k1, self._smask, w0, w1)
         if s >= 0:
             return s
-        kid = i64(len(k0))
-        self._slots[-1 - s] = i32(kid)
-        self._k0 = append(k0, w0)
+        kid = i64(len(self._k0))
+        self._slots[-1 - s] = key_tag(w0, w1) | kid
+        self._k0 = append(self._k0, w0)
         self._k1 = append(self._k1, w1)
         self._head = append(self._head, NULL32)
         self._tail = append(self._tail, NULL32)
         self._sum = append(self._sum, 0)
         self._max = append(self._max, 0)
         self._best = append(self._best, NULL32)
-        if 2 * (kid + 1) > mask + 1:
-            self._rehash_keys(2 * (mask + 1))
+        self._grow_keys()
         return kid
+
+    def _grow_keys(self) -> None:
+        """Double the key table once a new key took it past load 1/2."""
+        mask = self._smask
+        if 2 * i64(len(self._k0)) > mask + 1:
+            self._rehash_keys(2 * (mask + 1))
+
+    def _add(self, w0: i64, w1: i64, tok: i32, c: i64) -> None:
+        """Add ``c`` (> 0) to the count of follower ``tok`` of the packed key, creating either.
+
+        ``update``'s step: :meth:`_intern` then :meth:`_bump`, except that a new key is written
+        with its one follower at once (most keys of a replay are new: its 3- and 4-grams),
+        without the empty key's writes that ``_bump`` would then read back and overwrite.
+        """
+        if self._stale:
+            self._fresh()
+        s = key_probe(self._slots, self._k0, self._k1, self._smask, w0, w1)
+        if s >= 0:
+            self._bump(s, tok, c)
+            return
+        if c > INT32_MAX:  # only a merge of big counts: the general way, through the side arrays
+            self._bump(self._intern(w0, w1), tok, c)
+            return
+        kid = i64(len(self._k0))
+        nid = i64(len(self._ntok))
+        self._slots[-1 - s] = key_tag(w0, w1) | kid
+        self._k0 = append(self._k0, w0)
+        self._k1 = append(self._k1, w1)
+        self._head = append(self._head, i32(nid))
+        self._tail = append(self._tail, i32(nid))
+        self._sum = append(self._sum, i32(c))
+        self._max = append(self._max, i32(c))
+        self._best = append(self._best, tok)
+        self._ntok = append(self._ntok, tok)
+        self._ncnt = append(self._ncnt, i32(c))
+        self._nnext = append(self._nnext, NULL32)
+        self._nkey = append(self._nkey, i32(kid))
+        self._grow_keys()
+        if c > SCAN_MAX:
+            self._start_probing(kid)
 
     def _pair_find(self, kid: i64, tok: i32) -> i64:
         """Node of follower ``tok`` of key ``kid``, -1 if absent."""
@@ -474,8 +515,7 @@ class NgramCache(StaticSource):
                 t1 = toks[p + 1] if n > 1 else NULL32
                 t2 = toks[p + 2] if n > 2 else NULL32
                 t3 = toks[p + 3] if n > 3 else NULL32
-                kid = self._intern(pack(t0, t1), pack(t2, t3))
-                self._bump(kid, toks[base + i], 1)
+                self._add(pack(t0, t1), pack(t2, t3), toks[base + i], 1)
 
     def _merge_native(self, other: NgramCache) -> None:
         """Add every count of ``other`` (key order, then follower order, as the reference)."""
@@ -510,7 +550,7 @@ class NgramCache(StaticSource):
         self._nkey = vec[i32](capacity=n_nodes)
         slots = self._slots
         for j in range(len(slots)):
-            slots[j] = NULL32
+            slots[j] = -1
         pslots = self._pslots
         for j in range(len(pslots)):
             pslots[j] = NULL32
@@ -626,7 +666,7 @@ class NgramCache(StaticSource):
         self._wsum = copy_i64(other._wsum)
         self._wmax = copy_i64(other._wmax)
         self._best = copy_i32(other._best)
-        self._slots = copy_i32(other._slots)
+        self._slots = copy_i64(other._slots)
         self._smask = other._smask
         self._ntok = copy_i32(other._ntok)
         self._ncnt = copy_i32(other._ncnt)
@@ -657,7 +697,7 @@ class NgramCache(StaticSource):
         self._nkey = d.nkey
         # The tables are built on first use (see _fresh): a load followed by a merge and a
         # save, as a Drafter's merge-on-save does, never needs them.
-        self._slots = filled_i32(INITIAL_SLOTS, NULL32)
+        self._slots = filled_i64(INITIAL_SLOTS, -1)
         self._smask = INITIAL_SLOTS - 1
         self._pslots = filled_i32(INITIAL_SLOTS, NULL32)
         self._pmask = INITIAL_SLOTS - 1

@@ -21,6 +21,7 @@ from lookupdec.rules import NGRAM_STATIC as NGRAM_STATIC
 from lookupdec.rules import TOKEN_NULL as TOKEN_NULL
 
 M32: Final[i64] = 0xFFFFFFFF
+HI32: Final[i64] = -4294967296  # ~M32: the high 32 bits of an i64
 TWO32: Final[i64] = 4294967296
 NULL32: Final[i32] = -1
 
@@ -97,16 +98,32 @@ def pair_hash(kid: i64, tok: i32) -> i64:
 # loop.
 
 
-def key_probe(slots: vec[i32], k0: vec[i64], k1: vec[i64], mask: i64, w0: i64, w1: i64) -> i64:
+def key_tag(w0: i64, w1: i64) -> i64:
+    """The key table's entry bits above the ordinal: the hash's high 31 bits (``key_hash`` is
+    below 2**63), shifted in place. An entry is ``key_tag | kid``; -1 is an empty slot."""
+    return (key_hash(w0, w1) >> 32) << 32
+
+
+def key_probe(slots: vec[i64], k0: vec[i64], k1: vec[i64], mask: i64, w0: i64, w1: i64) -> i64:
     """Probe ``slots`` for the packed key (w0, w1): its ordinal if present, else ``-1 - h``
-    for the empty slot ``h`` where it would be inserted (so any negative result means absent)."""
-    h = key_hash(w0, w1) & mask
+    for the empty slot ``h`` where it would be inserted (so any negative result means absent).
+
+    An entry holds the key's hash bits above its ordinal (see :func:`key_tag`), as the fork's
+    buckets hold a fingerprint: a slot of another key is passed over without reading that key,
+    which in a big cache (the dynamic one) was a cache miss per slot passed (two and a half
+    slots on average for an absent key at load 1/2).
+    """
+    h = key_hash(w0, w1)
+    tag = (h >> 32) << 32
+    h &= mask
     while True:
-        s = i64(slots[h])
-        if s < 0:
+        e = slots[h]
+        if e < 0:
             return -1 - h
-        if k0[s] == w0 and k1[s] == w1:
-            return s
+        if e & HI32 == tag:
+            s = e & M32
+            if k0[s] == w0 and k1[s] == w1:
+                return s
         h = (h + 1) & mask
 
 
@@ -246,6 +263,13 @@ def empty_slot(slots: vec[i32], h: i64, mask: i64) -> i64:
     return h
 
 
+def empty_slot64(slots: vec[i64], h: i64, mask: i64) -> i64:
+    """:func:`empty_slot` for a table of i64 entries (the key table of an NgramCache)."""
+    while slots[h] >= 0:
+        h = (h + 1) & mask
+    return h
+
+
 def copy_i64(v: vec[i64]) -> vec[i64]:
     """A copy of ``v`` (vecs share their buffer when assigned)."""
     out = vec[i64](capacity=len(v))
@@ -271,8 +295,14 @@ def zeros_i64(n: i64) -> vec[i64]:
 
 
 def filled_i64(n: i64, value: i64) -> vec[i64]:
-    """A vec of ``n`` copies of ``value``."""
+    """A vec of ``n`` copies of ``value`` (block copies, as :func:`filled_i32`)."""
+    # filled_i32's code for vec[i64]: mypyc indexes a vec natively only at a concrete item type.
+    blk = vec[i64]([value])
+    while 2 * i64(len(blk)) <= n and i64(len(blk)) < FILL_BLOCK:
+        blk = extend(blk, blk)
     v = vec[i64](capacity=n)
-    for _i in range(n):  # not ``_``, which mypyc boxes: see filled_i32
-        v = append(v, value)
+    while i64(len(v)) + i64(len(blk)) <= n:
+        v = extend(v, blk)
+    if i64(len(v)) < n:
+        v = extend(v, blk[: n - i64(len(v))])
     return v
