@@ -20,6 +20,8 @@ COMMANDS = {
     "speedup": ("perf.speedup", "generation speed with real forward passes: tokens/s with and without drafting"),
     "anchors": ("perf.anchors", "build and run the C++ anchor (the fork's ngram-cache, replicated; perf/anchors/)"),
     "fork": ("perf.fork", "lookupdec against the C++ anchor: create, open, draft, merge in interleaved rounds"),
+    "grounded": ("perf.grounded", "input-grounded drafting: lookupdec and its peers on real prompt -> output pairs"),
+    "grounded-data": ("perf.grounded_data", "build the input-grounded pairs: files of two releases of real packages"),
 }
 
 
@@ -28,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print("usage: python -m perf {" + ",".join(COMMANDS) + "} ...\n")
         for name, (_, what) in COMMANDS.items():
-            print(f"  {name:<8} {what}")
+            print(f"  {name:<13} {what}")
         if argv and argv[0] not in ("-h", "--help"):
             print(f"\nunknown command {argv[0]!r}", file=sys.stderr)
             return 2

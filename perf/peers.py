@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -78,6 +79,52 @@ class PeerDrafter(Protocol):
         """The request is finished."""
 
 
+@dataclass
+class Generation:
+    """The counts of one teacher-forced generation (:func:`teacher_force`)."""
+
+    n_steps: int = 0
+    n_drafted: int = 0
+    n_accept: int = 0
+    t_draft_s: float = 0.0
+
+
+def teacher_force(drafter: PeerDrafter, target: Sequence[int], n_given: int, n_draft: int, name: str) -> Generation:
+    """Generate ``target[n_given:]`` after the given ``target[:n_given]``, one request of ``drafter``.
+
+    The llama-lookup-stats step (spec 8.2): draft (up to ``n_draft`` tokens), accept the drafted
+    tokens equal to the target (not past its end), then append the true next token (the
+    "sampled" one) unless the target is complete; drafted tokens past the end still count. A draft
+    longer than ``n_draft`` is an error in the drafter's configuration. ``t_draft_s`` times
+    ``propose`` and ``observe`` (drafting and the drafter's updates).
+    """
+    g = Generation()
+    end = len(target)
+    out = list(target[:n_given])
+    drafter.begin(list(out))
+    while len(out) < end:
+        g.n_steps += 1
+        t0 = time.perf_counter()
+        proposal = drafter.propose(out)
+        g.t_draft_s += time.perf_counter() - t0
+        if len(proposal) > n_draft:
+            raise ValueError(f"{name}: drafted {len(proposal)} tokens, more than n_draft = {n_draft}")
+        g.n_drafted += len(proposal)
+        start = len(out)
+        for token in proposal:
+            if len(out) >= end or target[len(out)] != token:
+                break
+            out.append(token)
+        g.n_accept += len(out) - start
+        if len(out) < end:  # the "sampled" token is the ground truth
+            out.append(target[len(out)])
+        t0 = time.perf_counter()
+        drafter.observe(out[start:])
+        g.t_draft_s += time.perf_counter() - t0
+    drafter.end()
+    return g
+
+
 def replay_peer(
     tokens: Sequence[int],
     drafter: PeerDrafter,
@@ -102,29 +149,11 @@ def replay_peer(
     t_draft = 0.0
     i_start = 0
     while i_start + n_ctx < total:
-        chunk = tokens[i_start : i_start + n_ctx]
-        out = [chunk[0]]
-        drafter.begin([chunk[0]])
-        while len(out) < n_ctx:
-            n_steps += 1
-            t0 = time.perf_counter()
-            proposal = drafter.propose(out)
-            t_draft += time.perf_counter() - t0
-            if len(proposal) > n_draft:
-                raise ValueError(f"{name}: drafted {len(proposal)} tokens, more than n_draft = {n_draft}")
-            n_drafted += len(proposal)  # drafts past the chunk end count too
-            start = len(out)
-            for token in proposal:
-                if len(out) >= n_ctx or chunk[len(out)] != token:
-                    break
-                out.append(token)
-            n_accept += len(out) - start
-            if len(out) < n_ctx:  # the "sampled" token is the ground truth
-                out.append(chunk[len(out)])
-            t0 = time.perf_counter()
-            drafter.observe(out[start:])
-            t_draft += time.perf_counter() - t0
-        drafter.end()
+        c = teacher_force(drafter, tokens[i_start : i_start + n_ctx], 1, n_draft, name)
+        n_steps += c.n_steps
+        n_drafted += c.n_drafted
+        n_accept += c.n_accept
+        t_draft += c.t_draft_s
         i_start += n_ctx
         if progress is not None:
             progress(min(i_start, total), total)

@@ -1,0 +1,344 @@
+"""Input-grounded drafting: every drafter generates real outputs that copy much of their prompt.
+
+The replays (``perf policy``, ``perf.peers``) start each chunk from an empty context: the
+drafter never sees a prompt. Prompt lookup is used for the opposite case, an output that copies
+long spans of its input. This benchmark measures that case on real, human-written pairs
+(``perf.grounded_data``): a source file in two consecutive releases of a package (``code``:
+prompt = an instruction line + the old file, output = the new file) and a changed document of
+the same releases (``docs``).
+
+The protocol, per pair: one request whose context is the prompt (``Drafter.request(prompt)``
+for lookupdec, each peer's own way of starting a request), then the output generated
+teacher-forced as llama-lookup-stats does (``perf.peers.teacher_force``: propose, accept the
+matching prefix, append the one true token). Every drafter sees the pairs in the same order and
+keeps what it learns across them (lookupdec's dynamic cache, SuffixDecoding's global tree), as an
+engine serving one request after another would. The drafters run side by side, pair by pair.
+
+Drafters (``--drafters``), each at ``n_draft`` = every ``--k`` value:
+
+- ``llama``, ``llama+static``: lookupdec's llama.cpp policy (``lookupdec.fast.Drafter``), without
+  and with the static index of ``enwiki_wt.10M`` (the project's sample corpus);
+- ``hybrid``, ``hybrid+static``, ``hybrid+corpus``: the hybrid policy, alone, with that static
+  index, and with the static index and its corpus in the history;
+- ``hf``, ``hf3``: transformers' own ``PromptLookupCandidateGenerator`` (``max_matching_ngram_size``
+  2, its default, and 3);
+- ``vllm``, ``vllm25``: vLLM's n-gram rule at n = 5 and at n = 2..5 (``perf.peers.VllmNgram``);
+- ``suffix``, ``suffix4``: Arctic Inference's ``SuffixDecodingCache`` at its defaults and with
+  ``max_spec_factor`` 4 (needs the extension, perf/README.md "Peers"; skipped otherwise).
+
+Tokens per step (output tokens / steps) and accepted tokens are deterministic; µs per step is
+``propose`` + ``observe`` through each drafter's Python API (for the peers that is not their
+engine's own cost), noisy on a shared machine.
+
+    python -m perf grounded --sample                       # the pairs shipped in tests/data, seconds
+    python -m perf grounded --work /work/grounded          # the whole set (downloads the sdists once)
+    python -m perf grounded --work /work/grounded --k 8,16 --json results/grounded.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perf._common import STATIC_FILE, data_dir
+from perf.bench_policy import read_tokens, static_index
+from perf.grounded_data import build_pairs, load_sample
+from perf.peers import (
+    Generation,
+    HFPromptLookup,
+    PeerDrafter,
+    PeerUnavailable,
+    SuffixDecoding,
+    VllmNgram,
+    teacher_force,
+)
+
+DRAFTERS = (
+    "llama",
+    "llama+static",
+    "hybrid",
+    "hybrid+static",
+    "hybrid+corpus",
+    "hf",
+    "hf3",
+    "vllm",
+    "vllm25",
+    "suffix",
+    "suffix4",
+)
+"""Every drafter this benchmark knows, the default ``--drafters``."""
+LOOKUPDEC = ("llama", "llama+static", "hybrid", "hybrid+static", "hybrid+corpus")
+"""The drafters that are lookupdec's (the others are peers)."""
+
+
+class LookupdecDrafter:
+    """lookupdec's public API as a :class:`perf.peers.PeerDrafter`: one ``Drafter.request`` per pair.
+
+    ``impl``: the implementation module (``lookupdec.fast`` by default, or ``lookupdec.reference``).
+    """
+
+    def __init__(
+        self, policy: str, n_draft: int, static: Any = None, corpus: list[int] | None = None, impl: Any = None
+    ) -> None:
+        if impl is None:
+            from lookupdec import fast as impl
+        self._drafter = impl.Drafter(static, policy=policy, n_draft=n_draft, corpus=corpus)
+        self._request: Any = None
+
+    def begin(self, prompt: list[int]) -> None:
+        self._request = self._drafter.request(prompt)
+
+    def propose(self, out: list[int]) -> list[int]:
+        result: list[int] = self._request.propose()
+        return result
+
+    def observe(self, new_tokens: list[int]) -> None:
+        self._request.extend(new_tokens)
+
+    def end(self) -> None:
+        self._request.end()
+        self._request = None
+
+
+@dataclass
+class Totals:
+    """One drafter's sums over the pairs of one kind."""
+
+    pairs: int = 0
+    output_tokens: int = 0
+    gen: Generation = field(default_factory=Generation)
+
+    def add(self, n_output: int, g: Generation) -> None:
+        """Count one pair."""
+        self.pairs += 1
+        self.output_tokens += n_output
+        self.gen.n_steps += g.n_steps
+        self.gen.n_drafted += g.n_drafted
+        self.gen.n_accept += g.n_accept
+        self.gen.t_draft_s += g.t_draft_s
+
+    def merge(self, other: Totals) -> None:
+        """Add another kind's sums."""
+        self.add(other.output_tokens, other.gen)
+        self.pairs += other.pairs - 1  # add() counted one pair
+
+    def row(self, kind: str, name: str, k: int) -> dict[str, Any]:
+        """The table's row."""
+        g = self.gen
+        steps = max(g.n_steps, 1)
+        return {
+            "kind": kind,
+            "drafter": name,
+            "k": k,
+            "pairs": self.pairs,
+            "output_tokens": self.output_tokens,
+            "n_steps": g.n_steps,
+            "n_accept": g.n_accept,
+            "n_drafted": g.n_drafted,
+            "tokens_per_step": self.output_tokens / steps,
+            "wasted_per_step": (g.n_drafted - g.n_accept) / steps,
+            "us_per_step": 1e6 * g.t_draft_s / steps,
+        }
+
+
+def make_drafter(name: str, k: int, n_ctx: int, static: Any, corpus: list[int]) -> PeerDrafter:
+    """The drafter called ``name`` drafting up to ``k`` tokens; may raise :class:`PeerUnavailable`."""
+    if name == "llama":
+        return LookupdecDrafter("llama", k)
+    if name == "llama+static":
+        return LookupdecDrafter("llama", k, static)
+    if name == "hybrid":
+        return LookupdecDrafter("hybrid", k)
+    if name == "hybrid+static":
+        return LookupdecDrafter("hybrid", k, static)
+    if name == "hybrid+corpus":
+        return LookupdecDrafter("hybrid", k, static, corpus)
+    if name == "hf":
+        return HFPromptLookup(k, n_ctx)
+    if name == "hf3":
+        return HFPromptLookup(k, n_ctx, max_ngram=3)
+    if name == "vllm":
+        return VllmNgram(5, 5, k)
+    if name == "vllm25":
+        return VllmNgram(2, 5, k)
+    if name == "suffix":
+        return SuffixDecoding(k, n_ctx)
+    if name == "suffix4":
+        return SuffixDecoding(k, n_ctx, max_spec_factor=4.0)
+    raise ValueError(f"unknown drafter {name!r} (known: {', '.join(DRAFTERS)})")
+
+
+def run(pairs: Sequence[Any], names: Sequence[str], ks: Sequence[int], cache: Path) -> list[dict[str, Any]]:
+    """Every drafter at every ``k`` on ``pairs`` (``perf.grounded_data.Pair``), side by side pair by pair."""
+    corpus = read_tokens(data_dir() / STATIC_FILE)
+    from lookupdec import fast
+
+    static = static_index(fast, corpus, cache / "enwiki.static.lkdc")
+    n_ctx = max((len(p.prompt) + len(p.output) for p in pairs), default=1)
+    drafters: dict[tuple[str, int], PeerDrafter] = {}
+    for name in names:
+        for k in ks:
+            try:
+                drafters[(name, k)] = make_drafter(name, k, n_ctx, static, corpus)
+            except PeerUnavailable as e:
+                print(f"perf.grounded: skipping {name}: {e}", file=sys.stderr)
+                break
+    totals: dict[tuple[str, str, int], Totals] = {}
+    t0 = time.perf_counter()
+    for i, pair in enumerate(pairs):
+        target = list(pair.prompt) + list(pair.output)
+        for (name, k), drafter in drafters.items():
+            g = teacher_force(drafter, target, len(pair.prompt), k, name)
+            totals.setdefault((pair.kind, name, k), Totals()).add(len(pair.output), g)
+        print(
+            f"\rperf.grounded: {i + 1}/{len(pairs)} pairs ({time.perf_counter() - t0:.0f} s)",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(file=sys.stderr)
+    kinds = sorted({kind for kind, _, _ in totals}, key=lambda x: (x != "code", x))
+    rows: list[dict[str, Any]] = []
+    for kind in [*kinds, "all"]:
+        for name, k in drafters:
+            if kind == "all":
+                t = Totals()
+                for kd in kinds:
+                    t.merge(totals[(kd, name, k)])
+            else:
+                t = totals[(kind, name, k)]
+            rows.append(t.row(kind, name, k))
+    return rows
+
+
+def best_peer(rows: Sequence[dict[str, Any]], kind: str, k: int | None = None) -> dict[str, Any] | None:
+    """The peer row of ``kind`` (at draft length ``k``, or any) with the most tokens per step."""
+    peers = [r for r in rows if r["kind"] == kind and r["drafter"] not in LOOKUPDEC and k in (None, r["k"])]
+    return max(peers, key=lambda r: r["tokens_per_step"], default=None)
+
+
+def print_table(rows: Sequence[dict[str, Any]]) -> None:
+    """One markdown table per kind, each row with its ratio to the best peer at the same ``k``."""
+    for kind in dict.fromkeys(r["kind"] for r in rows):
+        first = next(r for r in rows if r["kind"] == kind)
+        print(f"\n### {kind}: {first['pairs']} pairs, {first['output_tokens']:,} output tokens\n")
+        print("| drafter | k | tokens/step | vs best peer at k | accepted | drafted | wasted/step | steps | µs/step |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            if r["kind"] != kind:
+                continue
+            best = best_peer(rows, kind, r["k"])
+            vs = f"{r['tokens_per_step'] / best['tokens_per_step']:.3f}x" if best else "-"
+            mark = " (best peer)" if r is best else ""
+            print(
+                f"| {r['drafter']}{mark} | {r['k']} | {r['tokens_per_step']:.4f} | {vs} | {r['n_accept']:,} | "
+                f"{r['n_drafted']:,} | {r['wasted_per_step']:.3f} | {r['n_steps']:,} | {r['us_per_step']:.1f} |"
+            )
+        best = best_peer(rows, kind)
+        if best is not None:
+            print(
+                f"\nbest peer at any k: {best['drafter']} at k = {best['k']}, {best['tokens_per_step']:.4f} tokens/step"
+            )
+
+
+def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    """Tokens per step against wasted tokens per step, a line per drafter through its ``k`` values,
+    a panel per kind (PNG at ``path``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = list(dict.fromkeys(r["kind"] for r in rows))
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 4.4), squeeze=False)
+    for ax, kind in zip(axes[0], kinds, strict=True):
+        for name in dict.fromkeys(r["drafter"] for r in rows):
+            pts = sorted(
+                (r["k"], r["wasted_per_step"], r["tokens_per_step"])
+                for r in rows
+                if r["kind"] == kind and r["drafter"] == name
+            )
+            mine = name in LOOKUPDEC
+            ax.plot(
+                [x[1] for x in pts],
+                [x[2] for x in pts],
+                marker="o" if mine else "s",
+                linestyle="-" if mine else "--",
+                linewidth=2.0 if mine else 1.0,
+                label=name,
+            )
+            for k, w, t in pts:
+                ax.annotate(str(k), (w, t), fontsize=6, xytext=(2, 2), textcoords="offset points")
+        ax.set_title(f"{kind}: {rows[[r['kind'] for r in rows].index(kind)]['pairs']} pairs")
+        ax.set_xlabel("wasted drafted tokens per step")
+        ax.set_ylabel("tokens per step (labels: k)")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m perf grounded``: see the module docstring."""
+    p = argparse.ArgumentParser(
+        prog="python -m perf grounded",
+        description=__doc__.split("\n\n")[0],
+        epilog="examples:\n  python -m perf grounded --sample\n  python -m perf grounded --work DIR --k 8,16",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--sample", action="store_true", help="the few pairs shipped in tests/data (no download)")
+    src.add_argument("--work", metavar="DIR", help="folder of perf.grounded_data (sdists and tokenized pairs)")
+    p.add_argument("--drafters", default=",".join(DRAFTERS), help="comma-separated: " + ", ".join(DRAFTERS))
+    p.add_argument("--k", default="8", help="comma-separated n_draft values, each drafter runs at each (default 8)")
+    p.add_argument("--kinds", default="code,docs", help="pair kinds to run (default code,docs)")
+    p.add_argument("--max-tokens", type=int, default=16384, help="longest prompt + output kept (perf.grounded_data)")
+    p.add_argument("--cache-dir", metavar="DIR", help="where the static index is kept (default: a temp dir)")
+    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    p.add_argument("--plot", metavar="PNG", help="also plot tokens/step against wasted/step per drafter")
+    p.add_argument("--from-json", metavar="PATH", help="print (and plot) stored rows instead of running")
+    args = p.parse_args(argv)
+    if args.from_json:
+        rows = json.loads(Path(args.from_json).read_text())
+        print_table(rows)
+        if args.plot:
+            plot(rows, Path(args.plot))
+        return 0
+    names = [x for x in args.drafters.split(",") if x]
+    for name in names:
+        if name not in DRAFTERS:
+            p.error(f"unknown drafter {name!r} (known: {', '.join(DRAFTERS)})")
+    try:
+        ks = [int(x) for x in args.k.split(",") if x]
+    except ValueError:
+        p.error(f"--k takes comma-separated integers, got {args.k!r}")
+    if not ks or min(ks) < 1:
+        p.error("--k needs at least one value >= 1")
+    pairs = load_sample() if args.sample else build_pairs(Path(args.work), max_tokens=args.max_tokens)
+    kinds = {x for x in args.kinds.split(",") if x}
+    pairs = [x for x in pairs if x.kind in kinds]
+    if not pairs:
+        p.error(f"no pairs of kinds {sorted(kinds)}")
+    with tempfile.TemporaryDirectory(prefix="lookupdec-grounded-") as tmp:
+        cache = Path(args.cache_dir or tmp)
+        cache.mkdir(parents=True, exist_ok=True)
+        rows = run(pairs, names, ks, cache)
+    print_table(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    if args.plot:
+        plot(rows, Path(args.plot))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
