@@ -28,7 +28,9 @@ carries a parent's ``ru_maxrss`` into a child).
 Corpora are ``perf.create_scale``'s (the shared sample repeated with shifted ids; sizes ``NM`` =
 N million tokens, ``N`` = N MB of text), made once in ``--work``. The replay is the shared
 ``wiki.test.raw.llama3.bin``. The table shows medians of each side and the median over rounds
-of the per-round ratio lookupdec / fork, next to the goals (``GOALS``).
+of the per-round ratio lookupdec / fork, next to the goals (``GOALS``). ``--warmup`` rounds
+(default 1) run first and are not counted: they bring the files into the page cache, which the
+machine's other jobs may have emptied (a mapped replay then reads its index from the disk).
 
     python -m perf fork --quick                                   # 1M tokens, 2 rounds, < 1 min
     python -m perf fork --sizes 4M,25,100,541 --rounds 5 --work /tmp/fork-work --json results/fork.json
@@ -278,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ap.add_argument("--sizes", default="4M,25,100,541", help="corpus sizes: NM = N million tokens, N = N MB of text")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    ap.add_argument("--warmup", type=int, default=1, help="uncounted first rounds (default 1)")
     ap.add_argument("--only", default=",".join(OPERATIONS), help=f"operations to run (default {','.join(OPERATIONS)})")
     ap.add_argument("--work", type=Path, help="folder keeping corpora and caches between runs (default: temporary)")
     ap.add_argument("--replay-tokens", type=int, default=0, help="replay only this prefix (default: all 289,076)")
@@ -309,20 +312,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             for size in sizes:
                 ensure_static(r, size, files)
         rows: list[dict[str, Any]] = []
-        for k, steps in enumerate(rounds_plan(sizes, ops, args.rounds)):
+        # Warm-up rounds first, not counted: a file not in the page cache (the machine's other jobs
+        # evict it) made a first mapped replay 5-30x slower, read from the disk as it drafted.
+        for k, steps in enumerate(rounds_plan(sizes, ops, args.warmup + args.rounds), start=-args.warmup):
             for op, size, sides in steps:
                 for side in sides:
                     row = run_op(r, op, size, side, files, args.open_repeat)
                     row["round"] = k
-                    rows.append(row)
-                    print(f"round {k} {op:<6} {size:>5} {side:<9} "
+                    if k >= 0:
+                        rows.append(row)
+                    print(f"{'round ' + str(k) if k >= 0 else 'warm-up':<8} {op:<6} {size:>5} {side:<9} "
                           + " ".join(f"{m}={row[m]:.4g}" for m in ("s", "ms", "us", "rss") if m in row),
                           file=sys.stderr, flush=True)  # fmt: skip
         summary = summarize(rows, sizes, ops)
     print(table(summary))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"sizes": sizes, "rounds": args.rounds, "replay_tokens": args.replay_tokens,
+        meta = {"sizes": sizes, "rounds": args.rounds, "warmup": args.warmup, "replay_tokens": args.replay_tokens,
                 "merge_tokens": args.merge_tokens, "open_repeat": args.open_repeat, "anchor": str(anchor)}  # fmt: skip
         args.json.write_text(json.dumps({"meta": meta, "rows": rows, "summary": summary}, indent=1))
     return 0
