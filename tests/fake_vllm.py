@@ -329,7 +329,10 @@ class FakeVllm:
     def _next(self, i: int, r: FakeRequest, extra: list[int]) -> int:
         """The model's token after row ``i``'s tokens followed by ``extra`` (accepted drafts)."""
         if self.model is None:
-            return r.text[r.n_tokens + len(extra)]
+            at = r.n_tokens + len(extra)
+            # Past max_model_len (every draft accepted up to it): vLLM's scheduler schedules no
+            # token there; the stop condition drops this one before it is committed.
+            return r.text[at] if at < len(r.text) else -1
         return self.model([int(t) for t in self.input_batch.token_ids_cpu[i, : r.n_tokens]] + extra)
 
     def step(self, waiting: list[FakeRequest]) -> None:

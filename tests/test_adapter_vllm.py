@@ -32,7 +32,9 @@ def oracle_proposals(
     open_requests: dict[int, Any] = {}
     proposals: dict[int, list[tuple[int, list[int]]]] = {}
     for ended, committed in fake.log:
-        for rid in ended:
+        # In the order they started, as the proposer ends them (the hybrid policy's drafts
+        # depend on the order requests enter its history).
+        for rid in [rid for rid in open_requests if rid in ended]:
             open_requests.pop(rid).end()
         for rid, n, new in committed:
             if rid not in open_requests:

@@ -98,11 +98,14 @@ class RowTracker:
     """vLLM request id -> its open request (:meth:`step_ids`)."""
     ended: int
     """Requests ended so far (the adapter saves the dynamic cache after steps that end some)."""
+    started: list[Any]
+    """The open requests of :meth:`step` in the order they started: finished ones end in it."""
 
     def __init__(self) -> None:
         self.rows = []
         self.by_id = {}
         self.ended = 0
+        self.started = []
 
     def step_ids(
         self,
@@ -241,12 +244,23 @@ class RowTracker:
                 found[i] = previous[at]
             elif sampled:
                 prompts[i] = token_ids[i, : counts[i]].tolist()
-        # Requests in no row have finished (or were preempted): merge them before drafting.
+        # Requests in no row have finished (or were preempted): merge them before drafting, in
+        # the order they started, as step_ids does (the hybrid policy's history keeps requests
+        # in the order they end, and its drafts depend on that order).
+        gone: set[int] = set()
         for j in range(n_previous):
             r = previous[j]
             if r is not None and not claimed[j]:
-                r.end()
-                self.ended += 1
+                gone.add(id(r))
+        if gone:
+            still: list[Any] = []
+            for r in self.started:
+                if id(r) in gone:
+                    r.end()
+                    self.ended += 1
+                else:
+                    still.append(r)
+            self.started = still
         # Pass 2: count what each row committed, then draft within the model's length budget.
         # The isinstance branches let mypyc call a lookupdec.fast request natively; any other
         # request (the reference's, the hybrid policy's) goes through its Python methods.
@@ -263,6 +277,7 @@ class RowTracker:
                     continue
                 req = drafter.request(prompt)
                 found[i] = req
+                self.started.append(req)
             elif isinstance(req, Request):
                 if sampled:
                     req.extend(sampled)
@@ -273,12 +288,12 @@ class RowTracker:
         return drafts
 
     def end_all(self) -> None:
-        """End every request still open (their contexts go into the dynamic cache)."""
-        for req in self.rows:
-            if req is not None:
-                req.end()
-                self.ended += 1
+        """End every request still open (their contexts go into the dynamic cache), in the order they started."""
+        for req in self.started:
+            req.end()
+            self.ended += 1
         self.rows = []
+        self.started = []
         for req in self.by_id.values():
             req.end()
             self.ended += 1

@@ -379,12 +379,12 @@ class HybridState:
 
         When llama.cpp drafted, the suffix-only draft (from the request alone, kind 1) is made
         first: it confirms llama.cpp's first tokens where it agrees, and replaces the whole draft
-        when they disagree on the first token and its first token's estimate is higher than
-        llama.cpp's. Otherwise llama.cpp's tokens are kept while the running estimate stays at
-        or above the threshold, and suffix-match tokens (kind 0) follow under the same running
-        estimate. ``before`` is what precedes the draft in the query: empty for the history's
-        current request (its tokens end the stream), else a detached request's last tokens
-        (see :meth:`propose_detached`).
+        where they first disagree if its token there has a higher estimate than llama.cpp's
+        (the tokens before are the same in both). Otherwise llama.cpp's tokens are kept while
+        the running estimate stays at or above the threshold, and suffix-match tokens (kind 0)
+        follow under the same running estimate. ``before`` is what precedes the draft in the
+        query: empty for the history's current request (its tokens end the stream), else a
+        detached request's last tokens (see :meth:`propose_detached`).
         """
         m_full = i64(len(drafted)) - base
         self.last_llama_full = m_full
@@ -403,9 +403,9 @@ class HybridState:
                 agree += 1
             self.last_confirmed = agree
             if (
-                agree == 0
-                and n_alt > 0
-                and self._estimate(alt_cells[0]) > self._l_estimate(llama_cell(m_full, 0, False))
+                agree < n_alt
+                and agree < m_full
+                and self._estimate(alt_cells[agree]) > self._l_estimate(llama_cell(m_full, agree, False))
             ):
                 alt = vec[i32](capacity=base + n_draft)
                 for j in range(base):

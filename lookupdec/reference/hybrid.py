@@ -6,9 +6,9 @@ tokens are unlikely to be accepted: per (confirmed, draft length, position) acce
 and, where it stops short of ``n_draft`` (or is empty), continues it with a *suffix match*
 (steps 1 and 2). When llama.cpp drafted, the suffix match of the request alone (the
 *suffix-only draft*) is made first: the llama.cpp tokens it agrees with, from the first on,
-are *confirmed*; when the two disagree on the first token, the suffix-only draft replaces
-llama.cpp's if its first token's estimate is higher than that of an unconfirmed first token
-of a llama.cpp draft of this length.
+are *confirmed*; where the two first disagree (at any position), the suffix-only draft
+replaces llama.cpp's if its token there has a higher estimate than an unconfirmed token at
+that position of a llama.cpp draft of this length.
 
 1. The query is the request so far followed by the tokens drafted so far. Its last two tokens
    (a bigram) are looked up in the :class:`SuffixHistory`: the token stream of the earlier
@@ -304,8 +304,9 @@ class HybridState:
 
         When llama.cpp drafted, the suffix-only draft (the suffix match from the request alone,
         kind 1) is made first: where it agrees with llama.cpp's first tokens they count as
-        *confirmed*; when the two disagree on the first token and the suffix-only draft's
-        first token has the higher estimate, it replaces llama.cpp's draft. Otherwise
+        *confirmed*; where the two first disagree and the suffix-only draft's token there has
+        the higher estimate, it replaces llama.cpp's draft (whose tokens before that position
+        are its own). Otherwise
         llama.cpp's tokens are kept while the running estimate stays at or above the
         threshold, and suffix-match tokens (kind 0) follow under the same running estimate.
         ``request``: the tokens of a request not in the history (see :meth:`propose_detached`),
@@ -320,12 +321,9 @@ class HybridState:
             while agree < min(len(alt), m_full) and alt[agree] == drafted[agree]:
                 agree += 1
             self.last_confirmed = agree
-            if (
-                agree == 0
-                and alt_cells
-                and _estimate(self.ok[alt_cells[0]], self.tried[alt_cells[0]])
-                > self._llama_estimate(self._llama_cell(m_full, 0))
-            ):
+            if agree < min(len(alt), m_full) and _estimate(
+                self.ok[alt_cells[agree]], self.tried[alt_cells[agree]]
+            ) > self._llama_estimate(self._llama_cell(m_full, agree)):
                 drafted[:] = alt
                 self.last_llama, self.last_suffix, self.last_cells = 0, len(alt), alt_cells
                 return
