@@ -98,7 +98,7 @@ class Primitives:
     cache: CacheType
     draft: DraftFunction
     load_static: Callable[..., Any]
-    new_hybrid: Callable[[int | None], Any] | None = None
+    new_hybrid: Callable[[int | None, float | None], Any] | None = None
     """A fresh ``HybridState`` over a ``SuffixHistory`` of at most that many tokens (None: its
     default); None when the implementation has no hybrid policy."""
     new_tally: Callable[[], Any] = Tally
@@ -120,7 +120,13 @@ class RequestHost:
                  "vocab_size", "waiting")  # fmt: skip
 
     def __init__(
-        self, p: Primitives, n_draft: int, vocab_size: int | None, policy: str, history_tokens: int | None
+        self,
+        p: Primitives,
+        n_draft: int,
+        vocab_size: int | None,
+        policy: str,
+        history_tokens: int | None,
+        target_waste: float | None = None,
     ) -> None:
         self.cache = p.cache
         """The implementation's cache class."""
@@ -139,7 +145,7 @@ class RequestHost:
         """What ended requests added since the last save; None while ``dynamic`` holds exactly that."""
         self.tally: Any = p.new_tally()
         """The Drafter's counters (:class:`Tally`'s fields)."""
-        self.hybrid: Any = p.new_hybrid(history_tokens) if policy == "hybrid" and p.new_hybrid else None
+        self.hybrid: Any = p.new_hybrid(history_tokens, target_waste) if policy == "hybrid" and p.new_hybrid else None
         """The hybrid policy's ``HybridState`` (None for ``"llama"``)."""
         self.owner: Request | None = None
         """The request whose tokens the hybrid history is following (the *history owner*)."""
@@ -219,8 +225,11 @@ class Drafter:
     drafts), or ``"hybrid"``, llama.cpp's drafts continued by a suffix match over this Drafter's
     requests (exactly ``replay(..., policy="hybrid")``'s drafts when requests run one at a time).
     ``history_tokens`` bounds the hybrid policy's history (None: 4,194,304 tokens; the older
-    half is dropped when it is full). ``corpus`` (hybrid only): a corpus the suffix match also
-    follows, older than every request and never evicted: the path of a corpus file
+    half is dropped when it is full). ``target_waste`` (hybrid only): the rejected drafted
+    tokens per step the policy steers its drafts' length to (0 to 64; None: 1.9). Lower
+    wastes less verification work per step for fewer tokens per step (docs/hybrid.md).
+    ``corpus`` (hybrid only): a corpus the suffix match also follows, older than every
+    request and never evicted: the path of a corpus file
     (``lookupdec create --corpus-out``; memory-mapped, opened in O(1), shared by every process
     that maps it; its recorded vocabulary is checked against ``vocab_size`` and
     ``vocab_fingerprint`` when both are known), an opened one (``lookupdec.fast.CorpusIndex``)
@@ -250,6 +259,7 @@ class Drafter:
         in_memory: bool = False,
         history_tokens: int | None = None,
         corpus: Iterable[int] | str | os.PathLike[str] | object | None = None,
+        target_waste: float | None = None,
     ) -> None:
         if not hasattr(type(self), "primitives"):
             raise TypeError("use the Drafter of an implementation: lookupdec.Drafter, lookupdec.fast.Drafter, ...")
@@ -266,8 +276,10 @@ class Drafter:
             raise ValueError(f"the {p.name} implementation has no hybrid policy")
         if history_tokens is not None and policy != "hybrid":
             raise ValueError("history_tokens bounds the hybrid policy's history: give it with policy='hybrid'")
+        if target_waste is not None and policy != "hybrid":
+            raise ValueError("target_waste steers the hybrid policy's drafts: give it with policy='hybrid'")
         check_corpus(corpus, policy)
-        host = RequestHost(p, n_draft, vocab_size, policy, history_tokens)
+        host = RequestHost(p, n_draft, vocab_size, policy, history_tokens, target_waste)
         self._host = host
         self.policy = policy
         """The drafting policy."""

@@ -19,7 +19,8 @@ Drafters (``--drafters``), each at ``n_draft`` = every ``--k`` value:
 - ``llama``, ``llama+static``: lookupdec's llama.cpp policy (``lookupdec.fast.Drafter``), without
   and with the static index of ``enwiki_wt.10M`` (the project's sample corpus);
 - ``hybrid``, ``hybrid+static``, ``hybrid+corpus``: the hybrid policy, alone, with that static
-  index, and with the static index and its corpus in the history;
+  index, and with the static index and its corpus in the history; ``hybrid/w0.5``: alone,
+  steered to 0.5 rejected tokens per step (``Drafter(target_waste=0.5)``; the default is 1.9);
 - ``hf``, ``hf3``: transformers' own ``PromptLookupCandidateGenerator`` (``max_matching_ngram_size``
   2, its default, and 3);
 - ``vllm``, ``vllm25``: vLLM's n-gram rule at n = 5 and at n = 2..5 (``perf.peers.VllmNgram``);
@@ -66,6 +67,7 @@ DRAFTERS = (
     "hybrid",
     "hybrid+static",
     "hybrid+corpus",
+    "hybrid/w0.5",
     "hf",
     "hf3",
     "vllm",
@@ -74,7 +76,7 @@ DRAFTERS = (
     "suffix4",
 )
 """Every drafter this benchmark knows, the default ``--drafters``."""
-LOOKUPDEC = ("llama", "llama+static", "hybrid", "hybrid+static", "hybrid+corpus")
+LOOKUPDEC = ("llama", "llama+static", "hybrid", "hybrid+static", "hybrid+corpus", "hybrid/w0.5")
 """The drafters that are lookupdec's (the others are peers)."""
 
 
@@ -85,11 +87,17 @@ class LookupdecDrafter:
     """
 
     def __init__(
-        self, policy: str, n_draft: int, static: Any = None, corpus: list[int] | None = None, impl: Any = None
+        self,
+        policy: str,
+        n_draft: int,
+        static: Any = None,
+        corpus: list[int] | None = None,
+        impl: Any = None,
+        target_waste: float | None = None,
     ) -> None:
         if impl is None:
             from lookupdec import fast as impl
-        self._drafter = impl.Drafter(static, policy=policy, n_draft=n_draft, corpus=corpus)
+        self._drafter = impl.Drafter(static, policy=policy, n_draft=n_draft, corpus=corpus, target_waste=target_waste)
         self._request: Any = None
 
     def begin(self, prompt: list[int]) -> None:
@@ -160,6 +168,8 @@ def make_drafter(name: str, k: int, n_ctx: int, static: Any, corpus: list[int]) 
         return LookupdecDrafter("hybrid", k, static)
     if name == "hybrid+corpus":
         return LookupdecDrafter("hybrid", k, static, corpus)
+    if name == "hybrid/w0.5":
+        return LookupdecDrafter("hybrid", k, target_waste=0.5)
     if name == "hf":
         return HFPromptLookup(k, n_ctx)
     if name == "hf3":

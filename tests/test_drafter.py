@@ -145,6 +145,10 @@ class DrafterTests(ImplTests):
             self.impl.Drafter(history_tokens=1000)
         with pytest.raises(ValueError, match="max_tokens must be >= 16"):
             self.impl.Drafter(policy="hybrid", history_tokens=8)
+        with pytest.raises(ValueError, match=r"target_waste .* policy='hybrid'"):
+            self.impl.Drafter(target_waste=1.0)
+        with pytest.raises(ValueError, match=r"target_waste must be in \[0, 64\]"):
+            self.impl.Drafter(policy="hybrid", target_waste=65.0)
         with pytest.raises(ValueError, match="n_draft"):
             self.impl.Drafter(n_draft=-1)
         with pytest.raises(ValueError, match="needs a path"):
@@ -249,6 +253,20 @@ class DrafterTests(ImplTests):
         assert state.history.tokens() == history.tokens()  # every request's tokens, in order
         if history_tokens is not None:
             assert state.history.n_evictions == history.n_evictions > 0
+
+    def test_hybrid_target_waste_steers_the_waste(self) -> None:
+        # A lower target wastes fewer drafted tokens per proposal than the default (1.9), a
+        # higher one more; the default is what target_waste=None gives.
+        text, _ = demo_tokens()
+        static = self.static()
+        wasted = {}
+        for tw in (None, 0.3, 1.9, 6.0):
+            drafter = self.impl.Drafter(static=static, policy="hybrid", target_waste=tw)
+            drive(drafter, text, N_CTX)
+            st = drafter.stats
+            wasted[tw] = (st.n_drafted - st.n_accept) / st.proposals
+        assert wasted[None] == wasted[1.9]
+        assert wasted[0.3] < wasted[1.9] < wasted[6.0]
 
     def test_hybrid_corpus_is_an_earlier_request(self) -> None:
         # Drafter(corpus=...) equals a replay whose history starts with the corpus as one request.

@@ -61,6 +61,7 @@ from lookupdec.fast._tables import (
     filled_i32,
     filled_i64,
     get_count,
+    hash_tag,
     key_hash,
     key_probe,
     key_tag,
@@ -300,7 +301,7 @@ class NgramCache(StaticSource):
         k1 = self._k1
         for kid in range(len(k0)):
             h = key_hash(k0[kid], k1[kid])
-            slots[empty_slot64(slots, h & mask, mask)] = ((h >> 32) << 32) | kid
+            slots[empty_slot64(slots, h & mask, mask)] = hash_tag(h) | kid
         self._slots = slots
         self._smask = mask
 

@@ -11,7 +11,18 @@ from mypy_extensions import i32, i64
 from lookupdec.errors import TokenRangeError
 from lookupdec.fast._cache import NgramCache, check_ngram_range, fits_tokens, require_cache, to_vec
 from lookupdec.fast._source import ABSENT, PartAdapter, StaticSource
-from lookupdec.fast._tables import HI32, INT32_MAX, M32, NGRAM_MAX, NULL32, get_count, key_hash, pack, wrap32
+from lookupdec.fast._tables import (
+    HI32,
+    INT32_MAX,
+    M32,
+    NGRAM_MAX,
+    NULL32,
+    get_count,
+    hash_tag,
+    key_hash,
+    pack,
+    wrap32,
+)
 
 # Thresholds by index i = n - ngram_min (spec 3.1): minimum number of observations and the
 # minimum percent share of the selected token. LAX for the context cache, STRICT for dynamic.
@@ -97,7 +108,7 @@ def try_primary(
                 e = slots[h & mask]
                 # Only a slot holding this key's hash bits (see _tables.key_probe) is followed:
                 # another key's would be a wasted miss.
-                if e >= 0 and e & HI32 == (h >> 32) << 32:
+                if e >= 0 and e & HI32 == hash_tag(h):
                     sink ^= k0[e & M32]
         c._touch = sink  # kept, so the compiler keeps the reads
     # The reference's ``for i in range(top, -1, -1)``, longest n-gram first. mypyc compiles a

@@ -98,10 +98,15 @@ def pair_hash(kid: i64, tok: i32) -> i64:
 # loop.
 
 
+def hash_tag(h: i64) -> i64:
+    """The key table's entry bits above the ordinal for a key of hash ``h``: its high 31 bits
+    (``key_hash`` is below 2**63), in place. An entry is ``tag | kid``; -1 is an empty slot."""
+    return (h >> 32) << 32
+
+
 def key_tag(w0: i64, w1: i64) -> i64:
-    """The key table's entry bits above the ordinal: the hash's high 31 bits (``key_hash`` is
-    below 2**63), shifted in place. An entry is ``key_tag | kid``; -1 is an empty slot."""
-    return (key_hash(w0, w1) >> 32) << 32
+    """:func:`hash_tag` of the packed key (w0, w1)."""
+    return hash_tag(key_hash(w0, w1))
 
 
 def key_probe(slots: vec[i64], k0: vec[i64], k1: vec[i64], mask: i64, w0: i64, w1: i64) -> i64:
@@ -114,7 +119,7 @@ def key_probe(slots: vec[i64], k0: vec[i64], k1: vec[i64], mask: i64, w0: i64, w
     slots on average for an absent key at load 1/2).
     """
     h = key_hash(w0, w1)
-    tag = (h >> 32) << 32
+    tag = hash_tag(h)
     h &= mask
     while True:
         e = slots[h]

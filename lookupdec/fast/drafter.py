@@ -11,14 +11,16 @@ from lookupdec import _lifecycle
 from lookupdec.fast._cache import NgramCache
 from lookupdec.fast._draft import draft
 from lookupdec.fast._history import SuffixHistory
-from lookupdec.fast._hybrid import HybridState
+from lookupdec.fast._hybrid import TARGET_WASTE, HybridState
 from lookupdec.fast._index import load_static
 from lookupdec.fast._request import Tally, new_request
 
 
-def new_hybrid(max_tokens: int | None) -> HybridState:
-    """A fresh hybrid-policy state over a history of at most ``max_tokens`` tokens (None: the default)."""
-    return HybridState(SuffixHistory() if max_tokens is None else SuffixHistory(max_tokens))
+def new_hybrid(max_tokens: int | None, target_waste: float | None = None) -> HybridState:
+    """A fresh hybrid-policy state over a history of at most ``max_tokens`` tokens, steered to
+    ``target_waste`` rejected tokens per step (None: the defaults)."""
+    history = SuffixHistory() if max_tokens is None else SuffixHistory(max_tokens)
+    return HybridState(history, target_waste=TARGET_WASTE if target_waste is None else target_waste)
 
 
 class Drafter(_lifecycle.Drafter):

@@ -7,12 +7,14 @@ from lookupdec.reference.cache import NgramCache
 from lookupdec.reference.draft import draft
 from lookupdec.reference.files import load_static
 from lookupdec.reference.history import SuffixHistory
-from lookupdec.reference.hybrid import HybridState
+from lookupdec.reference.hybrid import TARGET_WASTE, HybridState
 
 
-def new_hybrid(max_tokens: int | None) -> HybridState:
-    """A fresh hybrid-policy state over a history of at most ``max_tokens`` tokens (None: the default)."""
-    return HybridState(SuffixHistory() if max_tokens is None else SuffixHistory(max_tokens))
+def new_hybrid(max_tokens: int | None, target_waste: float | None = None) -> HybridState:
+    """A fresh hybrid-policy state over a history of at most ``max_tokens`` tokens, steered to
+    ``target_waste`` rejected tokens per step (None: the defaults)."""
+    history = SuffixHistory() if max_tokens is None else SuffixHistory(max_tokens)
+    return HybridState(history, target_waste=TARGET_WASTE if target_waste is None else target_waste)
 
 
 class Drafter(_lifecycle.Drafter):
