@@ -119,10 +119,12 @@ def test_main_prints_and_plots_stored_rows(tmp_path: Path, capsys: pytest.Captur
             )  # fmt: skip
     stored = tmp_path / "rows.json"
     stored.write_text(json.dumps(rows))
-    png = tmp_path / "plot.png"
-    assert grounded.main(["--from-json", str(stored), "--plot", str(png)]) == 0
+    assert grounded.main(["--from-json", str(stored)]) == 0
     out = capsys.readouterr().out
     # the best peer is vllm at k = 8 (5.0): hybrid at k = 8 is 5.5 / 5.0 = 1.1x of it
     assert "| vllm (best peer) | 8 | 5.0000 | 1.000x |" in out
     assert "| hybrid | 8 | 5.5000 | 1.100x |" in out
+    pytest.importorskip("matplotlib")  # the perf extra's; an installed wheel's test run lacks it
+    png = tmp_path / "plot.png"
+    assert grounded.main(["--from-json", str(stored), "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
