@@ -313,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ensure_static(r, size, files)
         rows: list[dict[str, Any]] = []
         # Warm-up rounds first, not counted: a file not in the page cache (the machine's other jobs
-        # evict it) made a first mapped replay 5-30x slower, read from the disk as it drafted.
+        # evict it) made a first mapped replay 5-33x slower, read from the disk as it drafted.
         for k, steps in enumerate(rounds_plan(sizes, ops, args.warmup + args.rounds), start=-args.warmup):
             for op, size, sides in steps:
                 for side in sides:

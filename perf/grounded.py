@@ -48,18 +48,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perf import peers
 from perf._common import STATIC_FILE, data_dir
 from perf.bench_policy import read_tokens, static_index
 from perf.grounded_data import build_pairs, load_sample
-from perf.peers import (
-    Generation,
-    HFPromptLookup,
-    PeerDrafter,
-    PeerUnavailable,
-    SuffixDecoding,
-    VllmNgram,
-    teacher_force,
-)
+from perf.peers import Generation, PeerDrafter, PeerUnavailable, teacher_force
 
 DRAFTERS = (
     "llama",
@@ -123,19 +116,11 @@ class Totals:
     output_tokens: int = 0
     gen: Generation = field(default_factory=Generation)
 
-    def add(self, n_output: int, g: Generation) -> None:
-        """Count one pair."""
-        self.pairs += 1
+    def add(self, pairs: int, n_output: int, g: Generation) -> None:
+        """Count ``pairs`` pairs of ``n_output`` output tokens in all, generated as ``g`` says."""
+        self.pairs += pairs
         self.output_tokens += n_output
-        self.gen.n_steps += g.n_steps
-        self.gen.n_drafted += g.n_drafted
-        self.gen.n_accept += g.n_accept
-        self.gen.t_draft_s += g.t_draft_s
-
-    def merge(self, other: Totals) -> None:
-        """Add another kind's sums."""
-        self.add(other.output_tokens, other.gen)
-        self.pairs += other.pairs - 1  # add() counted one pair
+        self.gen.add(g)
 
     def row(self, kind: str, name: str, k: int) -> dict[str, Any]:
         """The table's row."""
@@ -156,6 +141,10 @@ class Totals:
         }
 
 
+STATIC_DRAFTERS = ("llama+static", "hybrid+static", "hybrid+corpus")
+"""The drafters that read the static index (and ``hybrid+corpus`` its corpus)."""
+
+
 def make_drafter(name: str, k: int, n_ctx: int, static: Any, corpus: list[int]) -> PeerDrafter:
     """The drafter called ``name`` drafting up to ``k`` tokens; may raise :class:`PeerUnavailable`."""
     if name == "llama":
@@ -170,27 +159,20 @@ def make_drafter(name: str, k: int, n_ctx: int, static: Any, corpus: list[int]) 
         return LookupdecDrafter("hybrid", k, static, corpus)
     if name == "hybrid/w0.5":
         return LookupdecDrafter("hybrid", k, target_waste=0.5)
-    if name == "hf":
-        return HFPromptLookup(k, n_ctx)
-    if name == "hf3":
-        return HFPromptLookup(k, n_ctx, max_ngram=3)
-    if name == "vllm":
-        return VllmNgram(5, 5, k)
-    if name == "vllm25":
-        return VllmNgram(2, 5, k)
-    if name == "suffix":
-        return SuffixDecoding(k, n_ctx)
-    if name == "suffix4":
-        return SuffixDecoding(k, n_ctx, max_spec_factor=4.0)
+    if name in DRAFTERS:  # a peer: perf.peers makes it
+        return peers.make_drafter(name, corpus, k, n_ctx)
     raise ValueError(f"unknown drafter {name!r} (known: {', '.join(DRAFTERS)})")
 
 
 def run(pairs: Sequence[Any], names: Sequence[str], ks: Sequence[int], cache: Path) -> list[dict[str, Any]]:
     """Every drafter at every ``k`` on ``pairs`` (``perf.grounded_data.Pair``), side by side pair by pair."""
-    corpus = read_tokens(data_dir() / STATIC_FILE)
-    from lookupdec import fast
+    corpus: list[int] = []
+    static: Any = None
+    if set(names) & set(STATIC_DRAFTERS):  # read and index the corpus only for those who use it
+        from lookupdec import fast
 
-    static = static_index(fast, corpus, cache / "enwiki.static.lkdc")
+        corpus = read_tokens(data_dir() / STATIC_FILE)
+        static = static_index(fast, corpus, cache / "enwiki.static.lkdc")
     n_ctx = max((len(p.prompt) + len(p.output) for p in pairs), default=1)
     drafters: dict[tuple[str, int], PeerDrafter] = {}
     for name in names:
@@ -206,7 +188,7 @@ def run(pairs: Sequence[Any], names: Sequence[str], ks: Sequence[int], cache: Pa
         target = list(pair.prompt) + list(pair.output)
         for (name, k), drafter in drafters.items():
             g = teacher_force(drafter, target, len(pair.prompt), k, name)
-            totals.setdefault((pair.kind, name, k), Totals()).add(len(pair.output), g)
+            totals.setdefault((pair.kind, name, k), Totals()).add(1, len(pair.output), g)
         print(
             f"\rperf.grounded: {i + 1}/{len(pairs)} pairs ({time.perf_counter() - t0:.0f} s)",
             end="",
@@ -221,7 +203,8 @@ def run(pairs: Sequence[Any], names: Sequence[str], ks: Sequence[int], cache: Pa
             if kind == "all":
                 t = Totals()
                 for kd in kinds:
-                    t.merge(totals[(kd, name, k)])
+                    part = totals[(kd, name, k)]
+                    t.add(part.pairs, part.output_tokens, part.gen)
             else:
                 t = totals[(kind, name, k)]
             rows.append(t.row(kind, name, k))

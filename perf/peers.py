@@ -14,6 +14,7 @@ Peers (``--peers``, comma-separated):
 - ``llama``: llama.cpp's rule with the static index, lookupdec's own ``replay`` (the baseline);
 - ``hf``: Hugging Face prompt lookup, transformers' own ``PromptLookupCandidateGenerator``
   (``max_matching_ngram_size=2``, ``num_output_tokens=k``) called on the request's token tensor;
+  ``hf3`` (only when asked for) the same with ``max_matching_ngram_size=3``;
 - ``vllm``, ``vllm25``: vLLM's ngram proposer, defaults (``prompt_lookup_min = max = 5``) and
   n = 2..5, reimplemented (vLLM is not a dependency; :class:`VllmNgram` says what it follows);
 - ``suffix``, ``suffix+corpus``: SuffixDecoding, Arctic Inference's own ``SuffixDecodingCache``
@@ -51,7 +52,7 @@ ProgressCallback = Callable[[int, int], None]
 
 PEERS = ("llama", "hf", "vllm", "vllm25", "suffix", "suffix+corpus")
 """The peers of docs/performance.md's table, the default ``--peers``."""
-EXTRA_PEERS = ("suffix4", "suffix4+corpus")
+EXTRA_PEERS = ("suffix4", "suffix4+corpus", "hf3")
 """Only on request: SuffixDecoding with ``max_spec_factor=4`` (a length factor of 4)."""
 SETS = ("wikitext", "heldout")
 # Large enough that an engine's own length limit never cuts a draft: the lookup-stats protocol
@@ -87,6 +88,13 @@ class Generation:
     n_drafted: int = 0
     n_accept: int = 0
     t_draft_s: float = 0.0
+
+    def add(self, other: Generation) -> None:
+        """Add another generation's counts and time to these."""
+        self.n_steps += other.n_steps
+        self.n_drafted += other.n_drafted
+        self.n_accept += other.n_accept
+        self.t_draft_s += other.t_draft_s
 
 
 def teacher_force(drafter: PeerDrafter, target: Sequence[int], n_given: int, n_draft: int, name: str) -> Generation:
@@ -145,21 +153,17 @@ def replay_peer(
         raise ValueError(f"n_draft must be >= 0, got {n_draft}")
     tokens = list(tokens)
     total = len(tokens)
-    n_drafted = n_accept = n_steps = 0
-    t_draft = 0.0
+    g = Generation()
     i_start = 0
     while i_start + n_ctx < total:
-        c = teacher_force(drafter, tokens[i_start : i_start + n_ctx], 1, n_draft, name)
-        n_steps += c.n_steps
-        n_drafted += c.n_drafted
-        n_accept += c.n_accept
-        t_draft += c.t_draft_s
+        g.add(teacher_force(drafter, tokens[i_start : i_start + n_ctx], 1, n_draft, name))
         i_start += n_ctx
         if progress is not None:
             progress(min(i_start, total), total)
     # The fields in ReplayResult's order: n_ctx, n_draft, n_tokens, n_predict (as llama.cpp prints
     # it), n_drafted, n_accept, t_draft_s, n_steps, policy.
-    return ReplayResult(n_ctx, n_draft, total, total - total % n_ctx, n_drafted, n_accept, t_draft, n_steps, name)
+    n_predict = total - total % n_ctx
+    return ReplayResult(n_ctx, n_draft, total, n_predict, g.n_drafted, g.n_accept, g.t_draft_s, g.n_steps, name)
 
 
 # --- the peers ------------------------------------------------------------------------------
@@ -357,22 +361,25 @@ def llama_replay(replay: list[int], corpus: list[int], cache: Path, name: str) -
     return result
 
 
-def make_drafter(peer: str, corpus: list[int]) -> PeerDrafter:
-    """The drafter of one peer name (:data:`PEERS`, not ``llama``); may raise :class:`PeerUnavailable`."""
+def make_drafter(peer: str, corpus: list[int], k: int = N_DRAFT, n_ctx: int = N_CTX) -> PeerDrafter:
+    """The drafter of one peer name (:data:`PEERS` but ``llama``, :data:`EXTRA_PEERS`) drafting up
+    to ``k`` tokens in requests of at most ``n_ctx``; may raise :class:`PeerUnavailable`."""
     if peer == "hf":
-        return HFPromptLookup(N_DRAFT, N_CTX)
+        return HFPromptLookup(k, n_ctx)
+    if peer == "hf3":
+        return HFPromptLookup(k, n_ctx, max_ngram=3)
     if peer == "vllm":
-        return VllmNgram(5, 5, N_DRAFT)
+        return VllmNgram(5, 5, k)
     if peer == "vllm25":
-        return VllmNgram(2, 5, N_DRAFT)
+        return VllmNgram(2, 5, k)
     if peer == "suffix":
-        return SuffixDecoding(N_DRAFT, N_CTX)
+        return SuffixDecoding(k, n_ctx)
     if peer == "suffix+corpus":
-        return SuffixDecoding(N_DRAFT, N_CTX, corpus)
+        return SuffixDecoding(k, n_ctx, corpus)
     if peer == "suffix4":
-        return SuffixDecoding(N_DRAFT, N_CTX, max_spec_factor=4.0)
+        return SuffixDecoding(k, n_ctx, max_spec_factor=4.0)
     if peer == "suffix4+corpus":
-        return SuffixDecoding(N_DRAFT, N_CTX, corpus, max_spec_factor=4.0)
+        return SuffixDecoding(k, n_ctx, corpus, max_spec_factor=4.0)
     raise ValueError(f"unknown peer {peer!r} (known: {', '.join(PEERS + EXTRA_PEERS)})")
 
 

@@ -315,23 +315,24 @@ class NgramCache(StaticSource):
         s = key_probe(self._slots, self._k0, self._k1, self._smask, w0, w1)
         if s >= 0:
             return s
+        return self._new_key(-1 - s, w0, w1, NULL32, 0, NULL32)
+
+    def _new_key(self, slot: i64, w0: i64, w1: i64, node: i32, c: i32, best: i32) -> i64:
+        """Append the packed key at the empty key-table ``slot`` and return its ordinal: its list
+        is the one node ``node`` (-1: none), its sum and max ``c``, its best token ``best``."""
         kid = i64(len(self._k0))
-        self._slots[-1 - s] = key_tag(w0, w1) | kid
+        self._slots[slot] = key_tag(w0, w1) | kid
         self._k0 = append(self._k0, w0)
         self._k1 = append(self._k1, w1)
-        self._head = append(self._head, NULL32)
-        self._tail = append(self._tail, NULL32)
-        self._sum = append(self._sum, 0)
-        self._max = append(self._max, 0)
-        self._best = append(self._best, NULL32)
-        self._grow_keys()
-        return kid
-
-    def _grow_keys(self) -> None:
-        """Double the key table once a new key took it past load 1/2."""
+        self._head = append(self._head, node)
+        self._tail = append(self._tail, node)
+        self._sum = append(self._sum, c)
+        self._max = append(self._max, c)
+        self._best = append(self._best, best)
         mask = self._smask
-        if 2 * i64(len(self._k0)) > mask + 1:
+        if 2 * (kid + 1) > mask + 1:  # past load 1/2: double the table
             self._rehash_keys(2 * (mask + 1))
+        return kid
 
     def _add(self, w0: i64, w1: i64, tok: i32, c: i64) -> None:
         """Add ``c`` (> 0) to the count of follower ``tok`` of the packed key, creating either.
@@ -349,21 +350,12 @@ class NgramCache(StaticSource):
         if c > INT32_MAX:  # only a merge of big counts: the general way, through the side arrays
             self._bump(self._intern(w0, w1), tok, c)
             return
-        kid = i64(len(self._k0))
         nid = i64(len(self._ntok))
-        self._slots[-1 - s] = key_tag(w0, w1) | kid
-        self._k0 = append(self._k0, w0)
-        self._k1 = append(self._k1, w1)
-        self._head = append(self._head, i32(nid))
-        self._tail = append(self._tail, i32(nid))
-        self._sum = append(self._sum, i32(c))
-        self._max = append(self._max, i32(c))
-        self._best = append(self._best, tok)
+        kid = self._new_key(-1 - s, w0, w1, i32(nid), i32(c), tok)
         self._ntok = append(self._ntok, tok)
         self._ncnt = append(self._ncnt, i32(c))
         self._nnext = append(self._nnext, NULL32)
         self._nkey = append(self._nkey, i32(kid))
-        self._grow_keys()
         if c > SCAN_MAX:
             self._start_probing(kid)
 
