@@ -39,6 +39,7 @@ from lookupdec.rules import (
     check_branches,
     check_corpus,
     check_policy,
+    check_target_waste,
     check_vocab_fingerprint,
 )
 
@@ -276,8 +277,7 @@ class Drafter:
             raise ValueError(f"the {p.name} implementation has no hybrid policy")
         if history_tokens is not None and policy != "hybrid":
             raise ValueError("history_tokens bounds the hybrid policy's history: give it with policy='hybrid'")
-        if target_waste is not None and policy != "hybrid":
-            raise ValueError("target_waste steers the hybrid policy's drafts: give it with policy='hybrid'")
+        check_target_waste(target_waste, policy)
         check_corpus(corpus, policy)
         host = RequestHost(p, n_draft, vocab_size, policy, history_tokens, target_waste)
         self._host = host

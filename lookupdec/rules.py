@@ -56,6 +56,23 @@ def check_corpus(corpus: object, policy: str, *, flags: bool = False) -> None:
         )
 
 
+MAX_TARGET_WASTE = 64.0
+"""The largest ``target_waste`` (rejected drafted tokens per step) the hybrid policy takes."""
+
+
+def check_target_waste(target_waste: float | None, policy: str, *, flags: bool = False) -> None:
+    """Raise ValueError unless ``target_waste`` is None, or in [0, :data:`MAX_TARGET_WASTE`] with
+    ``policy`` ``"hybrid"`` (it steers only the hybrid policy's drafts). ``flags``: the message
+    names command-line flags."""
+    if target_waste is None:
+        return
+    name = "--target-waste" if flags else "target_waste"
+    if not 0.0 <= target_waste <= MAX_TARGET_WASTE:
+        raise ValueError(f"{name} must be in [0, {MAX_TARGET_WASTE:g}] tokens per step, got {target_waste}")
+    if policy != "hybrid":
+        raise ValueError(f"{name} steers the hybrid policy's drafts: give it with {_option('policy', 'hybrid', flags)}")
+
+
 def _option(name: str, value: object, flags: bool) -> str:
     """Option ``name`` (given ``value``, unless None) as a keyword argument, or with ``flags`` as a flag."""
     if flags:

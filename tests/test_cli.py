@@ -769,6 +769,34 @@ def test_stats_corpus_needs_hybrid_and_a_file(capsys: pytest.CaptureFixture[str]
     assert_clean_error(code, err, "missing.bin")
 
 
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+def test_stats_target_waste(capsys: pytest.CaptureFixture[str], files: dict[str, str], impl: str) -> None:
+    # --target-waste gives replay(..., target_waste=W)'s counts; a low target wastes less than the default
+    tokens = np.fromfile(files["replay"], dtype="<i4").tolist()
+    m = lookupdec.implementation(impl)
+    wasted = {}
+    for tw in (0.3, None):
+        flag = ["--target-waste", str(tw)] if tw is not None else []
+        code, out, err = run(
+            capsys, "stats", files["replay"], "-c", "512", "--json", "--policy", "hybrid", "--impl", impl, *flag
+        )
+        assert code == 0, err
+        stats = json.loads(out)
+        want = m.replay(tokens, 512, 8, None, None, None, "hybrid", None, 1, tw)
+        counts = (stats["n_steps"], stats["n_accept"], stats["n_drafted"])
+        assert counts == (want.n_steps, want.n_accept, want.n_drafted)
+        assert stats["target_waste"] == tw
+        wasted[tw] = stats["wasted_per_step"]
+    assert wasted[0.3] < wasted[None]
+
+
+def test_stats_target_waste_errors(capsys: pytest.CaptureFixture[str], files: dict[str, str]) -> None:
+    code, _, err = run(capsys, "stats", files["replay"], "--target-waste", "0.5")
+    assert_clean_error(code, err, "--target-waste", "--policy hybrid")
+    code, _, err = run(capsys, "stats", files["replay"], "--policy", "hybrid", "--target-waste", "-1")
+    assert_clean_error(code, err, "--target-waste", "[0, 64]")
+
+
 def test_stats_policy_text_and_bad_choice(capsys: pytest.CaptureFixture[str], files: dict[str, str]) -> None:
     code, out, err = run(capsys, "stats", files["replay"], "-c", "512", "--policy", "hybrid")
     assert code == 0, err

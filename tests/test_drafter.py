@@ -268,6 +268,22 @@ class DrafterTests(ImplTests):
         assert wasted[None] == wasted[1.9]
         assert wasted[0.3] < wasted[1.9] < wasted[6.0]
 
+    def test_replay_target_waste_is_the_drafters(self) -> None:
+        # replay(target_waste=W) drafts what Drafter(target_waste=W) does, request by request
+        text, _ = demo_tokens()
+        static = self.static()
+        default = self.impl.replay(text, N_CTX, 8, static, None, None, "hybrid")
+        for tw in (0.3, 6.0):
+            expected = self.impl.replay(text, N_CTX, 8, static, None, None, "hybrid", None, 1, tw)
+            assert (expected.n_drafted, expected.n_accept) != (default.n_drafted, default.n_accept)
+            drafter = self.impl.Drafter(static=static, policy="hybrid", target_waste=tw)
+            drive(drafter, text, N_CTX)
+            assert (drafter.stats.n_drafted, drafter.stats.n_accept) == (expected.n_drafted, expected.n_accept)
+        with pytest.raises(ValueError, match=r"target_waste .* policy='hybrid'"):
+            self.impl.replay(text, N_CTX, 8, static, None, None, "llama", None, 1, 1.0)
+        with pytest.raises(ValueError, match=r"target_waste must be in \[0, 64\]"):
+            self.impl.replay(text, N_CTX, 8, static, None, None, "hybrid", None, 1, -0.5)
+
     def test_hybrid_corpus_is_an_earlier_request(self) -> None:
         # Drafter(corpus=...) equals a replay whose history starts with the corpus as one request.
         text, corpus = demo_tokens()

@@ -273,6 +273,7 @@ def replay_stats(
     policy: str = "llama",
     corpus: Sequence[int] | str | None = None,
     branches: int = 1,
+    target_waste: float | None = None,
 ) -> dict[str, Any]:
     """Load the caches, replay ``tokens`` like llama-lookup-stats, and return the ``stats --json`` fields.
 
@@ -280,7 +281,8 @@ def replay_stats(
     read into memory like the static file, by the fast path) or token ids (built in memory) the
     hybrid policy's history holds first (what ``Drafter(policy="hybrid", corpus=...)`` does; not
     timed in ``t_draft``: ``t_corpus_ms``). ``branches`` > 1 (hybrid only): tree drafts,
-    ``n_drafted`` then counting the trees' distinct nodes (see ``replay``).
+    ``n_drafted`` then counting the trees' distinct nodes (see ``replay``). ``target_waste``
+    (hybrid only): the rejected drafted tokens per step the policy steers to (None: its default).
     """
     from lookupdec.formats import detect_format
 
@@ -300,14 +302,19 @@ def replay_stats(
             history.add_corpus(corpus)  # a path: mapped in O(1); ids: built in memory
     t_corpus = time.perf_counter() - t0
     corpus_tokens = history.corpus_tokens() if history is not None else None
+    # Only the arguments given are passed: implementations without tree drafts or a waste
+    # target (e.g. perf's peers) replay too.
+    extra: dict[str, Any] = {}
     if branches > 1:
-        result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress, policy, history, branches)
-    else:  # no branches argument: implementations without tree drafts (e.g. perf's peers) replay too
-        result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress, policy, history)
+        extra["branches"] = branches
+    if target_waste is not None:
+        extra["target_waste"] = target_waste
+    result = impl.replay(tokens, n_ctx, n_draft, nc_static, nc_dynamic, progress, policy, history, **extra)
     t_draft = result.t_draft_s
     return {
         "policy": result.policy,
         "branches": branches,
+        "target_waste": target_waste,
         "n_tokens": result.n_tokens,
         "n_ctx": result.n_ctx,
         "n_draft": result.n_draft,

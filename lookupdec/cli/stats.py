@@ -23,7 +23,8 @@ from lookupdec.cli._common import (
 )
 from lookupdec.cli._pipeline import progress_bar, replay_stats, require_file, resolve_impl
 from lookupdec.errors import UsageError
-from lookupdec.rules import check_branches, check_corpus, check_vocab_fingerprint
+from lookupdec.reference.hybrid import TARGET_WASTE
+from lookupdec.rules import check_branches, check_corpus, check_target_waste, check_vocab_fingerprint
 
 _MMAP_THRESHOLD: Final = 128 * 1024  # glibc's initial M_MMAP_THRESHOLD
 _M_MMAP_THRESHOLD: Final = -3  # glibc's mallopt parameter number (malloc.h)
@@ -60,6 +61,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         require_file(args.static, "static cache, -lcs")
     check_branches(args.branches, args.policy, flags=True)
     check_corpus(args.corpus, args.policy, flags=True)
+    check_target_waste(args.target_waste, args.policy, flags=True)
     if args.corpus is not None:
         require_file(args.corpus, "corpus, --corpus")
     tokens = load_replay(args, args.replay)
@@ -91,6 +93,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             policy=args.policy,
             corpus=corpus,
             branches=args.branches,
+            target_waste=args.target_waste,
         )
     stats["replay"] = args.replay
     stats["corpus"] = args.corpus
@@ -218,6 +221,13 @@ def add_parser(sub: Any) -> None:
         "runner-up continuations, the suffix-only draft). A step accepts the longest prefix any branch "
         "shares with the text; n_drafted counts the tree's distinct nodes (shared prefixes once). "
         "The policy learns from branch 0 alone, so its drafts are the linear policy's",
+    )  # fmt: skip
+    p.add_argument(
+        "--target-waste", type=float, default=None, metavar="W",
+        help="hybrid only: the rejected drafted tokens per step the policy steers to (default "
+        f"{TARGET_WASTE:g}). Lower "
+        "drafts less that fails, for engines where a rejected token costs (e.g. W=0.5 on a CPU); 0 turns "
+        "the steering off (the threshold stays at its start)",
     )  # fmt: skip
     p.add_argument(
         "--corpus", metavar="CORPUS",

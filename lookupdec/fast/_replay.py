@@ -11,12 +11,12 @@ from mypy_extensions import i32, i64
 from lookupdec.fast._cache import NgramCache, check_ngram_range, require_cache, to_vec
 from lookupdec.fast._draft import draft_core, require_static_source
 from lookupdec.fast._history import SuffixHistory
-from lookupdec.fast._hybrid import HybridState
+from lookupdec.fast._hybrid import TARGET_WASTE, HybridState
 from lookupdec.fast._source import StaticSource
 from lookupdec.fast._tables import NGRAM_MAX, NGRAM_MIN
 from lookupdec.fast._tree import tree_nodes, tree_path
 from lookupdec.result import ReplayResult
-from lookupdec.rules import check_branches, check_policy
+from lookupdec.rules import check_branches, check_policy, check_target_waste
 
 
 def replay_core(
@@ -172,6 +172,7 @@ def replay(
     policy: str = "llama",
     history: object = None,
     branches: int = 1,
+    target_waste: float | None = None,
 ) -> ReplayResult:
     """Replay ``tokens`` as llama-lookup-stats does and return the counts and timings.
 
@@ -180,7 +181,8 @@ def replay(
     ``history`` is the hybrid policy's ``SuffixHistory`` (a fresh one if None; kept and
     grown when given, like ``nc_dynamic``). ``branches`` > 1 (hybrid only) replays tree drafts
     (:meth:`HybridState.propose_tree`): a step accepts the longest prefix any branch shares with
-    the text, and ``n_drafted`` counts the trees' distinct nodes.
+    the text, and ``n_drafted`` counts the trees' distinct nodes. ``target_waste`` (hybrid
+    only): the rejected drafted tokens per step the policy steers to (None: its default).
 
     The tokens are cut into chunks of ``n_ctx`` while ``i_start + n_ctx < len(tokens)``
     (so a last chunk that ends exactly at the end is dropped too, as in llama.cpp).
@@ -196,6 +198,7 @@ def replay(
         raise ValueError(f"n_draft must be >= 0, got {n_draft}")
     check_policy(policy)
     check_branches(branches, policy)
+    check_target_waste(target_waste, policy)
     st = require_static_source(nc_static)
     dyn = require_cache(nc_dynamic, "nc_dynamic") if nc_dynamic is not None else NgramCache()
     total = len(tokens)
@@ -208,7 +211,7 @@ def replay(
             history = SuffixHistory()
         if not isinstance(history, SuffixHistory):
             raise TypeError(f"history must be a fast SuffixHistory, not {type(history).__name__}")
-        state = HybridState(history)
+        state = HybridState(history, target_waste=TARGET_WASTE if target_waste is None else target_waste)
         n_drafted, n_accept, n_steps, t_draft = replay_hybrid_core(
             toks, n_ctx, n_draft, st, dyn, state, progress, total, branches
         )

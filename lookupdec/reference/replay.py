@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 from lookupdec.reference.cache import NGRAM_MAX, NGRAM_MIN, NgramCache
 from lookupdec.reference.draft import PartSource, draft
 from lookupdec.reference.history import SuffixHistory
-from lookupdec.reference.hybrid import HybridState
+from lookupdec.reference.hybrid import TARGET_WASTE, HybridState
 from lookupdec.result import ReplayResult, common_prefix, tree_nodes
-from lookupdec.rules import check_branches, check_policy
+from lookupdec.rules import check_branches, check_policy, check_target_waste
 
 ProgressCallback = Callable[[int, int], None]
 """Called as ``progress(tokens_done, tokens_total)`` after every chunk."""
@@ -26,6 +26,7 @@ def replay(
     policy: str = "llama",
     history: SuffixHistory | None = None,
     branches: int = 1,
+    target_waste: float | None = None,
 ) -> ReplayResult:
     """Replay ``tokens`` as llama-lookup-stats does and return the counts and timings.
 
@@ -42,6 +43,8 @@ def replay(
     ``branches`` > 1 (hybrid only) replays tree drafts (:meth:`HybridState.propose_tree`): a
     step accepts the longest prefix any branch shares with the text (what a tree verifier
     accepts), is observed as branch 0's, and ``n_drafted`` counts the trees' distinct nodes.
+    ``target_waste`` (hybrid only): the rejected drafted tokens per step the policy steers to
+    (None: its default, :data:`lookupdec.reference.hybrid.TARGET_WASTE`).
     """
     if n_ctx < 1:
         raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
@@ -49,8 +52,11 @@ def replay(
         raise ValueError(f"n_draft must be >= 0, got {n_draft}")
     check_policy(policy)
     check_branches(branches, policy)
+    check_target_waste(target_waste, policy)
     tokens = list(tokens)
-    state = HybridState(history) if policy == "hybrid" else None
+    state = None
+    if policy == "hybrid":
+        state = HybridState(history, target_waste=TARGET_WASTE if target_waste is None else target_waste)
     static: PartSource = nc_static if nc_static is not None else NgramCache()
     dynamic = nc_dynamic if nc_dynamic is not None else NgramCache()
     context = NgramCache()
