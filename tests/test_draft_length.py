@@ -39,7 +39,7 @@ def test_choice_maximizes_tokens_per_second(slope: float) -> None:
 
     for p_num, p_den in [(1, 4), (1, 2), (3, 4), (9, 10)]:
         ctl = trained(k, cost, p_num, p_den)
-        est = [ctl._accepted[i] / ctl._tried[i] for i in range(1, k + 1)]  # what it learned per position
+        est = ctl.acceptance()  # what it learned per position, for the state the last draft left
         # independent check of the choice against the learned acceptances
         rates = []
         for d in range(k + 1):
@@ -74,6 +74,51 @@ def test_explores_after_idle_steps_less_and_less_often() -> None:
     choices = [ctl.choose() for _ in range(8 + 16 + 32)]
     explored = [i for i, d in enumerate(choices) if d]
     assert explored == [7, 8 + 15, 8 + 16 + 31] and set(choices) == {0, 1}
+
+
+def test_acceptance_after_a_whole_draft_is_learned_apart() -> None:
+    # Where drafts after a miss fail (new text), a draft accepted whole (a copy begins) is
+    # followed by long drafts, and a miss ends them: the two states keep their own acceptance.
+    ctl = DraftLength(8)
+    for n in range(1, 10):
+        ctl.observe_step(n, 1.0 + 0.05 * (n - 1))  # verification nearly free (a GPU-like curve)
+    for _ in range(100):
+        ctl.observe_accept(8, 0)  # drafts after a miss are rejected at once
+    assert ctl.acceptance()[0] < 0.01 and ctl.choose() == 0
+    ctl.observe_accept(1, 1)  # an exploring draft accepted whole
+    assert ctl.choose() == 8  # nothing learned against drafts after a whole one: the longest
+    for _ in range(50):
+        ctl.observe_accept(8, 8)
+        assert ctl.choose() == 8  # the copy goes on: so do the long drafts
+    assert ctl.acceptance() == pytest.approx([1.0] * 8)
+    ctl.observe_accept(8, 3)  # a miss: back to what follows a miss (the exploring draft counted there)
+    assert ctl.acceptance()[0] < 0.1 and ctl.choose() == 0
+    ctl.observe_accept(1, 1)
+    assert ctl.acceptance()[0] == 1.0  # after a whole draft
+    ctl.start()  # a new generation: its first draft follows no accepted one
+    assert ctl.acceptance()[0] < 0.1
+
+
+def test_streaks_of_whole_drafts_are_learned_apart() -> None:
+    # After one whole draft the next fails half the time (a short repeat in new text); after
+    # two in a row it never fails (a copy): the third draft of a streak is long, the second short.
+    ctl = DraftLength(8)
+    for n in range(1, 10):
+        ctl.observe_step(n, 1.0 + 0.1 * (n - 1))
+    for r in range(60):
+        ctl.start()
+        ctl.observe_accept(2, 2)  # -> a streak of 1
+        ctl.observe_accept(8, 8 if r % 2 else 0)  # after 1: whole half of the time, else at once rejected
+        if r % 2:
+            ctl.observe_accept(8, 8)  # after 2: whole
+            ctl.observe_accept(8, 8)  # after 2 still: whole
+    ctl.start()
+    ctl.observe_accept(2, 2)
+    after_one = ctl.acceptance()
+    ctl.observe_accept(8, 8)
+    after_two = ctl.acceptance()
+    assert after_one[0] == pytest.approx(0.5, abs=0.1) and after_two == pytest.approx([1.0] * 8)
+    assert ctl.choose() == 8
 
 
 class Clock:

@@ -26,3 +26,26 @@ def test_rows_from_runs() -> None:
     t_verify = (0.012 + 0.014) / 2
     assert h["predicted_speedup"] == pytest.approx(2.5 * 0.010 / (t_verify + 0.0001))
     assert rows["none"]["predicted_speedup"] == pytest.approx(1.0)
+
+
+def test_edit_windows_sample_every_part_of_the_outputs() -> None:
+    from perf.grounded_data import Pair
+    from perf.speedup import EDITS_MAX_PROMPT, edit_windows
+
+    def pair(n_prompt: int, n_output: int, base: int) -> Pair:
+        return Pair("code", "p", f"f{base}", "1", "2", list(range(n_prompt)), list(range(base, base + n_output)))
+
+    pairs = [pair(10, 100, 1000), pair(EDITS_MAX_PROMPT + 1, 100, 2000), pair(10, 30, 3000), pair(20, 200, 4000)]
+    w = edit_windows(pairs, 2, 16)
+    assert w.name == "edits" and w.truth is not None
+    # the long prompt and the short output are left out; the windows sit at 1/4 and 3/4 of what is left
+    assert [len(t) for t in w.truth] == [16, 16]
+    assert w.truth[0][0] == 1000 + int((100 - 16) * 0.25)
+    assert w.truth[1][0] == 4000 + int((200 - 16) * 0.75)
+    # each prompt is the pair's prompt and the output before its window: the text is continuous
+    for prompt, truth, p in zip(w.prompts, w.truth, (pairs[0], pairs[3]), strict=True):
+        start = truth[0] - p.output[0]
+        assert prompt == p.prompt + p.output[:start]
+        assert truth == p.output[start : start + 16]
+    with pytest.raises(ValueError, match="no edit pair"):
+        edit_windows(pairs[1:3], 2, 16)
