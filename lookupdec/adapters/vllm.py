@@ -68,19 +68,9 @@ step ends. With tensor parallelism every rank drafts the same (only the driver's
 used), but only tensor-parallel rank 0 saves: each rank saving would add the same counts once
 per rank.
 
-vLLM 0.34.0 (read from its released wheel) has no ``custom_class`` and no such proposer call: its
-V2 model runner (``vllm/v1/worker/gpu/model_runner.py``) builds a speculator named by a
-``SpeculatorConfig`` that a general plugin registers with ``register_speculative_method(name,
-config_cls)`` (``vllm/v1/worker/gpu/spec_decode/speculator_config.py``; options in
-``SpeculativeConfig.speculator_options`` when the config lists it in ``supported_options``). The
-speculator, a ``BaseSpeculator`` subclass built as ``cls(vllm_config, device[, req_states])``
-(``spec_decode/__init__.py``, ``init_speculator``), gets ``add_request(req_index)`` for a slot of
-the runner's ``RequestState``, ``on_requests_finished(finished_req_ids)`` before the slots are
-freed (preempted requests are removed without it), and ``propose(input_batch, ...,
-num_sampled, num_rejected, last_sampled, ...)`` returning a ``[num_reqs, k]`` device tensor of
-drafts (short drafts padded with ordinary rejectable tokens). The token history lives on the
-device (``RequestState.all_token_ids``, a ``StagedWriteTensor``, GPU or UVA memory), so a host-side
-drafter there needs a device-to-host copy of each step's new tokens. Not implemented here yet.
+vLLM 0.34.0 has no ``custom_class`` and no such proposer call: its V2 model runner drafts
+through a speculator that a plugin registers. lookupdec's is :mod:`lookupdec.adapters.vllm_plugin`
+(``speculative_config={"method": "lookupdec", ...}``), which keeps its requests by vLLM request id.
 
 This module never imports vLLM: the proposer only reads the config fields it needs and the
 arrays vLLM passes (NumPy arrays or lists), and vLLM's tensor-parallel rank where vLLM has
@@ -169,6 +159,25 @@ def finish(tracker: RowTracker, drafter: Any, saves: bool) -> None:
         drafter.save()
 
 
+class IntervalSaver:
+    """Saves a Drafter's dynamic cache file as requests end, at most once every ``interval`` seconds."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        """Seconds between two saves (0: after every call that ended a request)."""
+        self._saved_at = time.monotonic()
+        self._ended_at_save = 0
+
+    def maybe_save(self, drafter: Any, ended: int) -> None:
+        """Save ``drafter`` if requests ended since the last save (``ended`` counts them) and the interval passed."""
+        if ended != self._ended_at_save:
+            now = time.monotonic()
+            if now - self._saved_at >= self.interval:
+                drafter.save()
+                self._saved_at = now
+                self._ended_at_save = ended
+
+
 def drafter_from_env(n_draft: int) -> Any:
     """A :class:`lookupdec.Drafter` configured by ``LOOKUPDEC_STATIC``/``_DYNAMIC``/``_POLICY``."""
     static = os.environ.get("LOOKUPDEC_STATIC") or None
@@ -204,8 +213,7 @@ class LookupProposer:
         self.save_interval = save_interval_from_env()
         """Seconds between two saves while requests end (``LOOKUPDEC_SAVE_INTERVAL``)."""
         self._tracker = RowTracker()  # which request is in which batch row
-        self._saved_at = time.monotonic()
-        self._ended_at_save = 0
+        self._saver = IntervalSaver(self.save_interval)
         # Runs once: from close(), when the proposer is collected, or when the process exits
         # (a forked multiprocessing child included, where atexit never runs: see the module notes).
         self._finalizer = multiprocessing.util.Finalize(
@@ -240,12 +248,8 @@ class LookupProposer:
             )
         else:
             drafts = tracker.step(self.drafter, sampled_token_ids, num_tokens_no_spec, ids, self.k, self.max_model_len)
-        if self.saves and tracker.ended != self._ended_at_save:
-            now = time.monotonic()
-            if now - self._saved_at >= self.save_interval:
-                self.drafter.save()
-                self._saved_at = now
-                self._ended_at_save = tracker.ended
+        if self.saves:
+            self._saver.maybe_save(self.drafter, tracker.ended)
         return drafts
 
     def end_all(self) -> None:
@@ -261,6 +265,7 @@ class LookupProposer:
 
 
 __all__ = [
+    "IntervalSaver",
     "LookupProposer",
     "drafter_from_env",
     "finish",
