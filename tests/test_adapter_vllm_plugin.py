@@ -7,7 +7,6 @@ own API (the drafts it gives for the same tokens), on the shipped text; no vLLM 
 from __future__ import annotations
 
 import sys
-import tomllib
 import types
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,7 @@ from lookupdec.adapters import vllm_plugin
 from lookupdec.adapters.vllm_plugin import RequestTable, drafter_from_options, pad_drafts, read_options
 from lookupdec.tokens import read_tokens
 
-REPO = Path(__file__).resolve().parent.parent
-DATA = REPO / "lookupdec" / "data"
+DATA = Path(lookupdec.__file__).resolve().parent / "data"  # the installed package's, as in a wheel test
 
 
 def text() -> list[int]:
@@ -170,7 +168,9 @@ def test_register_with_and_without_the_vllm_function(monkeypatch: pytest.MonkeyP
 
 
 def test_entry_point_names_register() -> None:
-    doc = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    target = doc["project"]["entry-points"]["vllm.general_plugins"]["lookupdec"]
-    module, _, attr = target.partition(":")
-    assert getattr(sys.modules.get(module) or __import__(module, fromlist=[attr]), attr) is vllm_plugin.register
+    # what vLLM's plugin loader reads: the installed distribution's entry points
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == "lookupdec"]
+    assert len(found) == 1, "the installed lookupdec declares no vllm.general_plugins entry point"
+    assert found[0].load() is vllm_plugin.register

@@ -27,7 +27,7 @@ from lookupdec.adapters import vllm_plugin
 from lookupdec.tokens import read_tokens
 
 REQUIRE = os.environ.get("LOOKUPDEC_REQUIRE_VLLM_V2") == "1"
-DATA = Path(__file__).resolve().parent.parent / "lookupdec" / "data"
+DATA = Path(lookupdec.__file__).resolve().parent / "data"  # the installed package's, as in a wheel test
 
 try:
     import torch
