@@ -167,3 +167,20 @@ def test_propose_through_request_state(request_state: Any, tmp_path: Path) -> No
         req.end()
     saved = lookupdec.Drafter(dynamic=str(dyn)).dynamic
     assert saved.contents() == oracle.dynamic.contents()
+
+
+def test_reset_state_forgets_the_warm_up(request_state: Any) -> None:
+    # vLLM calls reset_state after its warm-up requests finished: their counts must not stay
+    rs = request_state
+    spec = init_speculator(vllm_config(None), torch.device("cpu"), rs)
+    warm = [7, 8, 9, 7, 8, 9, 7, 8]
+    rs.add_request("warm", len(warm), warm, 0, 16)
+    slot = rs.req_id_to_index["warm"]
+    rs.all_token_ids.gpu[slot, : len(warm)] = torch.tensor(warm, dtype=torch.int32)
+    rs.total_len.gpu[slot] = len(warm)
+    spec.propose(batch(["warm"], rs), None, None, None, None, torch.ones(1, dtype=torch.int32),
+                 torch.zeros(1, dtype=torch.int32), rs.last_sampled_tokens, None, None, None)  # fmt: skip
+    spec.on_requests_finished({"warm"})
+    assert len(spec.drafter.dynamic) > 0  # the warm-up's counts were merged
+    spec.reset_state()
+    assert len(spec.drafter.dynamic) == 0 and not spec.table.open

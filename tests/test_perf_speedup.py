@@ -40,8 +40,8 @@ def test_edit_windows_sample_every_part_of_the_outputs() -> None:
     assert w.name == "edits" and w.truth is not None
     # the long prompt and the short output are left out; the windows sit at 1/4 and 3/4 of what is left
     assert [len(t) for t in w.truth] == [16, 16]
-    assert w.truth[0][0] == 1000 + int((100 - 16) * 0.25)
-    assert w.truth[1][0] == 4000 + int((200 - 16) * 0.75)
+    assert w.truth[0][0] == 1000 + 21  # (100 - 16) / 4
+    assert w.truth[1][0] == 4000 + 138  # (200 - 16) * 3 / 4
     # each prompt is the pair's prompt and the output before its window: the text is continuous
     for prompt, truth, p in zip(w.prompts, w.truth, (pairs[0], pairs[3]), strict=True):
         start = truth[0] - p.output[0]

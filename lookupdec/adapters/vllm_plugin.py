@@ -62,6 +62,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import lookupdec
+from lookupdec.adapters._vllm_rows import propose_within
 from lookupdec.adapters.vllm import save_interval_from_env
 
 METHOD = "lookupdec"
@@ -183,9 +184,7 @@ class RequestTable:
                     req = None
             if req is None:
                 req = self.open[rid] = self.drafter.request(read(row, 0, total))
-            room = self.max_model_len - total
-            d = min(k, room)
-            out.append(req.propose(d) if d > 0 and int(sampled[row]) > 0 else [])
+            out.append(propose_within(req, int(sampled[row]) > 0, k, self.max_model_len))
         return out
 
     def finish(self, req_ids: Iterable[str]) -> None:

@@ -66,7 +66,7 @@ class LookupSpeculator(BaseSpeculator):  # type: ignore[misc]  # an Any base, as
     tensor-parallel rank 0 only.
     """
 
-    def __init__(self, vllm_config: VllmConfig, device: torch.device, req_states: Any, drafter: Any = None) -> None:
+    def __init__(self, vllm_config: VllmConfig, device: torch.device, req_states: Any) -> None:
         spec = vllm_config.speculative_config
         if spec is None:
             raise ValueError("LookupSpeculator needs vllm_config.speculative_config")
@@ -78,9 +78,7 @@ class LookupSpeculator(BaseSpeculator):  # type: ignore[misc]  # an Any base, as
         """vLLM's ``speculator_options`` (see :func:`lookupdec.adapters.vllm_plugin.drafter_from_options`)."""
         self.save_interval = read_options(self.options)[1]
         """Seconds between two saves while requests end (option ``save_interval``)."""
-        self._own_drafter = drafter is None  # made from the options: reset_state makes it afresh
-        if drafter is None:
-            drafter = drafter_from_options(self.options, self.k)
+        drafter = drafter_from_options(self.options, self.k)
         self.table = RequestTable(drafter, self.k, int(vllm_config.model_config.max_model_len))
         """The open requests by vLLM request id, and the Drafter they share (``table.drafter``)."""
         self.saves = drafter.dynamic_path is not None and tensor_parallel_rank() == 0
@@ -113,13 +111,12 @@ class LookupSpeculator(BaseSpeculator):  # type: ignore[misc]  # an Any base, as
     def reset_state(self) -> None:
         """After vLLM's warm-up requests: forget them.
 
-        Their ends merged their dummy tokens into the dynamic cache. A Drafter made from the
-        options is made again, from its files; a Drafter given to the constructor only loses
-        its open requests.
+        Their ends merged their dummy tokens into the dynamic cache: the Drafter is made again
+        from the options, and so from the files as they were (nothing is saved before the first
+        ``save_interval`` has passed), and the open requests are dropped.
         """
         self.table.open.clear()
-        if self._own_drafter:
-            self.table.drafter = drafter_from_options(self.options, self.k)
+        self.table.drafter = drafter_from_options(self.options, self.k)
 
     def propose(
         self,

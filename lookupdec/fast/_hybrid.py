@@ -21,7 +21,7 @@ from lookupdec.fast._history import CORPUS_BASE, MATCH_SLACK, MAX_CANDIDATES, MA
 from lookupdec.fast._source import ABSENT, StaticSource
 from lookupdec.fast._tables import M32, NGRAM_MAX, NGRAM_MIN, filled_i32, zeros_i64
 from lookupdec.fast._tree import VOTE_HASH, TreeVotes, add_branch
-from lookupdec.rules import check_branches
+from lookupdec.rules import check_branches, check_target_waste
 
 N_LEN: Final[i64] = 33
 """Acceptance statistics are kept per effective match length 1..32 (match length + offset) ..."""
@@ -187,8 +187,7 @@ class HybridState:
             raise ValueError(f"match_slack must be in [0, {MAX_MATCH}], got {match_slack}")
         self.match_slack = match_slack
         self.history = history if history is not None else SuffixHistory()
-        if not 0.0 <= target_waste <= 64.0:
-            raise ValueError(f"target_waste must be in [0, 64], got {target_waste}")
+        check_target_waste(target_waste, "hybrid")
         self.threshold = threshold
         self.max_candidates = max_candidates
         # tenths of a token, so the waste balance stays an integer (identical in both implementations)

@@ -62,7 +62,7 @@ from collections.abc import Sequence
 from lookupdec.reference.cache import NGRAM_MAX, NGRAM_MIN, TOKEN_NULL, NgramCache
 from lookupdec.reference.draft import PartSource, draft, try_static
 from lookupdec.reference.history import CORPUS_BASE, MAX_CANDIDATES, MAX_MATCH, SEP, SuffixHistory
-from lookupdec.rules import check_branches
+from lookupdec.rules import check_branches, check_target_waste
 
 MATCH_SLACK = 1
 """Occurrences whose match is at most this much shorter than the longest are followed too (they vote)."""
@@ -168,8 +168,7 @@ class HybridState:
             raise ValueError(f"match_slack must be in [0, {MAX_MATCH}], got {match_slack}")
         self.match_slack = match_slack
         self.history = history if history is not None else SuffixHistory()
-        if not 0.0 <= target_waste <= 64.0:
-            raise ValueError(f"target_waste must be in [0, 64], got {target_waste}")
+        check_target_waste(target_waste, "hybrid")
         self.threshold = threshold
         self.max_candidates = max_candidates
         self.target_waste10 = round(target_waste * 10)  # tenths of a token: the balance stays an integer
