@@ -16,10 +16,13 @@ from lookupdec.fast._tables import (
     INT32_MAX,
     M32,
     NGRAM_MAX,
+    NGRAM_MIN,
     NULL32,
+    filled_i64,
     get_count,
     hash_tag,
     key_hash,
+    key_probe_h,
     pack,
     wrap32,
 )
@@ -72,55 +75,90 @@ def ngram_words(seq: vec[i32], p: i64, n: i64) -> tuple[i64, i64]:
     return pack(t0, t1), pack(t2, t3)
 
 
+def keys_buffer() -> vec[i64]:
+    """Scratch space for :func:`step_keys` at any n-gram range (3 words per n-gram size)."""
+    return filled_i64(3 * (NGRAM_MAX - NGRAM_MIN + 1), 0)
+
+
+def step_keys(keys: vec[i64], seq: vec[i32], avail: i64, nmin: i64, nmax: i64) -> None:
+    """Fill ``keys`` (3 * (nmax - nmin + 1) items) with the packed words and the hash of each
+    n-gram ending ``seq``, longest first: ``keys[3k : 3k + 3]`` = (w0, w1, key_hash) of the
+    ``nmax - k``-gram, the hash -1 for one longer than ``avail`` (spec 9: it would start before
+    position 0; a real hash is >= 0).
+
+    Once per drafted token: the context and the dynamic cache look up the same n-grams, and each
+    n-gram used to be packed and hashed for each cache (twice for the dynamic one's read-ahead).
+    """
+    end = i64(len(seq))
+    top = nmax - nmin
+    for k in range(top + 1):
+        n = nmax - k
+        if n > avail:
+            keys[3 * k + 2] = -1
+            continue
+        w0, w1 = ngram_words(seq, end - n, n)
+        keys[3 * k] = w0
+        keys[3 * k + 1] = w1
+        keys[3 * k + 2] = key_hash(w0, w1)
+
+
+def touch_keys(c: NgramCache, keys: vec[i64], top: i64) -> None:
+    """Read ahead the slot of each n-gram of ``keys`` in ``c``, and the key a slot of its hash
+    holds, in a pass that branches on none of the keys.
+
+    In a big cache (the dynamic one) every probe is a cache miss; issued here, before the static
+    lookup and the context cache's probes, the misses overlap with that work and with each
+    other, where :func:`try_primary` would wait for each n-gram's before the next.
+    """
+    if i64(len(c._k0)) < TOUCH_MIN_KEYS or c._stale:
+        return
+    slots = c._slots
+    k0 = c._k0
+    mask = c._smask
+    sink: i64 = 0
+    for k in range(top + 1):
+        h = keys[3 * k + 2]
+        if h >= 0:
+            e = slots[h & mask]
+            # Only a slot holding this key's hash bits (see _tables.key_probe) is followed:
+            # another key's would be a wasted miss. Reading its k1, sum and max here too was
+            # slower (A/B of `lookupdec stats -lcs`, 2026-12-03).
+            if e >= 0 and e & HI32 == hash_tag(h):
+                sink ^= k0[e & M32]
+    c._touch = sink  # kept, so the compiler keeps the reads
+
+
 def try_primary(
     c: NgramCache,
-    seq: vec[i32],
-    avail: i64,
-    nmin: i64,
-    nmax: i64,
+    keys: vec[i64],
+    top: i64,
     min_sample: vec[i64],
     min_percent: vec[i64],
     st: StaticSource,
     has_st: bool,
 ) -> i32:
-    """The token ``c`` proposes after ``seq`` (spec 3.1), -1 if none.
+    """The token ``c`` proposes after the n-grams of ``keys`` (spec 3.1, see :func:`step_keys`), -1 if none.
 
-    ``avail`` is the length of the whole combined sequence (``seq`` holds only its tail);
-    n-grams longer than ``avail`` are skipped (spec 9).
+    ``top`` = ngram_max - ngram_min; ``min_sample`` and ``min_percent`` are indexed by
+    n - ngram_min.
     """
     if len(c._k0) == 0:
         return NULL32
-    pos = i64(len(seq))
-    top = nmax - nmin
-    if i64(len(c._k0)) >= TOUCH_MIN_KEYS and not c._stale:
-        # Each n-gram's slot, and the key it holds, read ahead in a pass that branches on none
-        # of the keys: in a big cache (the dynamic one) every probe is a cache miss, and this
-        # way they overlap, where the loop below waited for each n-gram's before the next.
-        slots = c._slots
-        k0 = c._k0
-        mask = c._smask
-        sink: i64 = 0
-        for k in range(top + 1):
-            n = nmin + top - k
-            if n <= avail:
-                w0, w1 = ngram_words(seq, pos - n, n)
-                h = key_hash(w0, w1)
-                e = slots[h & mask]
-                # Only a slot holding this key's hash bits (see _tables.key_probe) is followed:
-                # another key's would be a wasted miss.
-                if e >= 0 and e & HI32 == hash_tag(h):
-                    sink ^= k0[e & M32]
-        c._touch = sink  # kept, so the compiler keeps the reads
+    if c._stale:
+        c._fresh()
+    slots = c._slots
+    ck0 = c._k0
+    ck1 = c._k1
+    mask = c._smask
     # The reference's ``for i in range(top, -1, -1)``, longest n-gram first. mypyc compiles a
     # range with a negative step through tagged Python ints (CPyTagged_* calls in the generated
     # C) but one with the default step on i64 natively, hence the count up and ``top - k``.
     for k in range(top + 1):
         i = top - k  # indexes the threshold tables
-        n = nmin + i
-        if n > avail:  # spec 9: the n-gram would start before position 0
+        h = keys[3 * k + 2]
+        if h < 0:  # spec 9: the n-gram would start before position 0
             continue
-        w0, w1 = ngram_words(seq, pos - n, n)
-        kid = c._find(w0, w1)
+        kid = key_probe_h(slots, ck0, ck1, mask, keys[3 * k], keys[3 * k + 1], h)
         if kid < 0:
             continue
         total = i64(c._sum[kid])
@@ -181,19 +219,25 @@ def draft_core(
     ctx: NgramCache,
     dyn: NgramCache,
     st: StaticSource,
+    keys: vec[i64],
 ) -> vec[i32]:
     """Append up to ``n_draft`` drafted tokens to ``seq`` (the last <= 4 tokens of ``inp``, at least 2).
 
-    ``avail0`` = ``len(inp)``. Returns the grown vec (vecs are values: append may reallocate).
+    ``avail0`` = ``len(inp)``; ``keys`` is scratch space from :func:`keys_buffer` (a replay
+    passes one for all its steps). Returns the grown vec (vecs are values: append may reallocate).
     """
+    top = nmax - nmin
     k: i64 = 0
     while k < n_draft:
         pos = i64(len(seq))
-        avail = avail0 + k
+        step_keys(keys, seq, avail0 + k, nmin, nmax)
+        # The caches' reads first: their misses overlap the static lookup's (see touch_keys).
+        touch_keys(ctx, keys, top)
+        touch_keys(dyn, keys, top)
         has_st = st._st_begin(seq[pos - 2], seq[pos - 1])
-        t = try_primary(ctx, seq, avail, nmin, nmax, LAX_MIN_SAMPLE, LAX_MIN_PERCENT, st, has_st)
+        t = try_primary(ctx, keys, top, LAX_MIN_SAMPLE, LAX_MIN_PERCENT, st, has_st)
         if t == NULL32:
-            t = try_primary(dyn, seq, avail, nmin, nmax, STRICT_MIN_SAMPLE, STRICT_MIN_PERCENT, st, has_st)
+            t = try_primary(dyn, keys, top, STRICT_MIN_SAMPLE, STRICT_MIN_PERCENT, st, has_st)
         if t == NULL32 and has_st:
             t = st._st_pick()
         if t == NULL32:
@@ -218,7 +262,7 @@ def draft_list(
     lo = n - NGRAM_MAX if n > NGRAM_MAX else 0
     tail = to_vec(inp, lo)
     base = len(tail)
-    out = draft_core(tail, n, n_draft, ngram_min, ngram_max, ctx, dyn, st)
+    out = draft_core(tail, n, n_draft, ngram_min, ngram_max, ctx, dyn, st, keys_buffer())
     for j in range(base, len(out)):
         drafted.append(int(out[j]))
 

@@ -16,7 +16,7 @@ from librt.vecs import append, vec
 from mypy_extensions import i32, i64
 
 from lookupdec.fast._cache import NgramCache, to_vec
-from lookupdec.fast._draft import as_static_source, draft_core
+from lookupdec.fast._draft import as_static_source, draft_core, keys_buffer
 from lookupdec.fast._history import CORPUS_BASE, MATCH_SLACK, MAX_CANDIDATES, MAX_MATCH, SEP, SuffixHistory
 from lookupdec.fast._source import ABSENT, StaticSource
 from lookupdec.fast._tables import M32, NGRAM_MAX, NGRAM_MIN, filled_i32, zeros_i64
@@ -538,7 +538,7 @@ class HybridState:
         tail = to_vec(tokens, lo)
         base = i64(len(tail))
         if n >= 2:
-            tail = draft_core(tail, n, n_draft, NGRAM_MIN, NGRAM_MAX, nc_context, nc_dynamic, st)
+            tail = draft_core(tail, n, n_draft, NGRAM_MIN, NGRAM_MAX, nc_context, nc_dynamic, st, keys_buffer())
         before = vec[i32]()  # attached: the query goes on into the stream, whose end is this request
         if detached:
             # The query reaches MAX_MATCH tokens back at most: that many of the request's last

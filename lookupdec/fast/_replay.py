@@ -9,7 +9,7 @@ from librt.vecs import append, vec
 from mypy_extensions import i32, i64
 
 from lookupdec.fast._cache import NgramCache, check_ngram_range, require_cache, to_vec
-from lookupdec.fast._draft import draft_core, require_static_source
+from lookupdec.fast._draft import draft_core, keys_buffer, require_static_source
 from lookupdec.fast._history import SuffixHistory
 from lookupdec.fast._hybrid import TARGET_WASTE, HybridState
 from lookupdec.fast._source import StaticSource
@@ -45,6 +45,7 @@ def replay_core(
     # reuses it (a new vec per step was a malloc and a free per step). Nothing reads a step's
     # tail after the step, so sharing is safe; were append ever to copy, it would only be slower.
     empty = vec[i32](capacity=NGRAM_MAX + n_draft)
+    keys = keys_buffer()
     while i_start + n_ctx < total:
         t0 = time.perf_counter()
         pos: i64 = 1
@@ -61,7 +62,7 @@ def replay_core(
                 for j in range(i_start + lo, i_start + pos):
                     tail = append(tail, toks[j])
                 base = i64(len(tail))
-                tail = draft_core(tail, pos, n_draft, NGRAM_MIN, NGRAM_MAX, ctx, dyn, st)
+                tail = draft_core(tail, pos, n_draft, NGRAM_MIN, NGRAM_MAX, ctx, dyn, st, keys)
                 nd = i64(len(tail)) - base
                 n_drafted += nd
                 j2: i64 = 0
@@ -111,6 +112,7 @@ def replay_hybrid_core(
     i_start: i64 = 0
     check_ngram_range(NGRAM_MIN, NGRAM_MAX)
     own = vec[i32]()  # the query's context is the stream's end (the chunk is the current request)
+    keys = keys_buffer()
     while i_start + n_ctx < total:
         t0 = time.perf_counter()
         state.begin_request()
@@ -126,7 +128,7 @@ def replay_hybrid_core(
                 tail = append(tail, toks[j])
             base = i64(len(tail))
             if pos >= 2:
-                tail = draft_core(tail, pos, n_draft, NGRAM_MIN, NGRAM_MAX, ctx, dyn, st)
+                tail = draft_core(tail, pos, n_draft, NGRAM_MIN, NGRAM_MAX, ctx, dyn, st, keys)
             obs: i64 = -1  # what the policy observes: the accepted count, or branch 0's share of it
             if branches > 1:
                 tree = state._tree_step(tail, base, n_draft, own, st, branches)

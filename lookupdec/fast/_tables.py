@@ -118,7 +118,12 @@ def key_probe(slots: vec[i64], k0: vec[i64], k1: vec[i64], mask: i64, w0: i64, w
     which in a big cache (the dynamic one) was a cache miss per slot passed (two and a half
     slots on average for an absent key at load 1/2).
     """
-    h = key_hash(w0, w1)
+    return key_probe_h(slots, k0, k1, mask, w0, w1, key_hash(w0, w1))
+
+
+def key_probe_h(slots: vec[i64], k0: vec[i64], k1: vec[i64], mask: i64, w0: i64, w1: i64, h: i64) -> i64:
+    """:func:`key_probe` with the key's :func:`key_hash` ``h`` given (drafting hashes each
+    n-gram once for the context and the dynamic cache)."""
     tag = hash_tag(h)
     h &= mask
     while True:
