@@ -209,3 +209,54 @@ def test_filled_i32_has_n_copies(blocks: int, extra: int) -> None:
     v = filled_i32(n, -7)
     assert len(v) == n
     assert list(v) == [-7] * n
+
+
+# --- spare room past the counts ----------------------------------------------------------------
+
+
+def test_spare_room_past_the_counts(tmp_path: Path) -> None:
+    # The key and node arrays hold spare room past _nk / _nn, filled by stores, grown by
+    # GROW_BLOCK; _clear_keep keeps it, so the next chunk's keys overwrite the old ones. Past a
+    # block of keys and nodes, after a clear that keeps the room, and through every merge and
+    # the file encoder (which take the arrays' lengths after _compact), the cache must be the
+    # reference's.
+    import random
+
+    rng = random.Random(7)
+    first = [rng.randrange(40) for _ in range(3 * _tables.GROW_BLOCK)]
+    second = [rng.randrange(9) for _ in range(_tables.GROW_BLOCK)]
+    fst = fast.NgramCache()
+    fst.update(first, len(first))
+    assert len(fst) > _tables.GROW_BLOCK and fst.n_entries > _tables.GROW_BLOCK
+    fst._clear_keep()
+    fst.update(second, len(second))
+    assert len(fst._k0) > len(fst)  # the first chunk's room is still there, past the count
+    ref = reference.NgramCache()
+    ref.update(second, len(second))
+    fst.save(tmp_path / "fast.bin")
+    ref.save(tmp_path / "ref.bin")
+    assert (tmp_path / "fast.bin").read_bytes() == (tmp_path / "ref.bin").read_bytes()
+    assert len(fst._k0) == len(fst)  # saved from the arrays cut to the counts
+    check_same(ref, fst)
+    # into a big cache by probing, then by sorting both (a small cache into a big one)
+    other_tokens = [rng.randrange(60) for _ in range(500)]
+
+    def updated(impl: Any, tokens: list[int]) -> Any:
+        cache = impl.NgramCache()
+        cache.update(tokens, len(tokens))
+        return cache
+
+    for kind in ("probe", "sorted"):
+        f2, r2 = updated(fast, second), updated(reference, second)
+        small_f, small_r = updated(fast, other_tokens), updated(reference, other_tokens)
+        if kind == "probe":
+            f2.merge(small_f)
+            r2.merge(small_r)
+        else:
+            small_f.merge(f2)
+            small_r.merge(r2)
+            f2, r2 = small_f, small_r
+        check_same(r2, f2)
+    fst.update(first[:50], 50)  # and it grows again from there
+    ref.update(first[:50], 50)
+    check_same(ref, fst)

@@ -61,6 +61,7 @@ def state(cache: Any) -> list[list[int]]:
     """Every array of a fast cache, hash tables (built first: load and merge leave them to
     the first lookup) and per-key aggregates included."""
     cache._fresh()
+    cache._compact()  # the arrays as the counts say: past them is spare room, whatever it holds
     names = ["_k0", "_k1", "_head", "_tail", "_sum", "_max", "_wsum", "_wmax", "_best", "_slots"]
     names += ["_ntok", "_ncnt", "_wcnt", "_nnext", "_nkey"]
     # The pair table as its size and the nodes it holds: it holds the nodes of the keys whose

@@ -4,7 +4,10 @@ This module is compiled by mypyc (``HOT_MODULES`` in ``setup.py``); it also runs
 only much slower. Everything hot is a plain typed function or a method of a native class
 working on ``librt.vecs.vec`` of ``i32``/``i64``, which mypyc indexes without boxing.
 
-Layout of :class:`NgramCache` (all arrays indexed by a key ordinal ``kid`` or a node ``nid``):
+Layout of :class:`NgramCache` (all arrays indexed by a key ordinal ``kid`` or a node ``nid``;
+the first ``_nk`` items of each key array are the keys, the first ``_nn`` of each node array the
+nodes, and the rest is spare room that new keys and nodes are stored into: code that takes an
+array's length as the count calls ``_compact`` first):
 
 - keys: ``k0[kid] = pack(t0, t1)``, ``k1[kid] = pack(t2, t3)`` (two i64 words hold the four
   int32 slots exactly, so no hash-then-verify is needed), found through an open-addressing
@@ -61,6 +64,8 @@ from lookupdec.fast._tables import (
     filled_i32,
     filled_i64,
     get_count,
+    grown_i32,
+    grown_i64,
     hash_tag,
     key_hash,
     key_probe,
@@ -238,6 +243,8 @@ class NgramCache(StaticSource):
     _stale: bool
     _st_kid: i64
     _touch: i64
+    _nk: i64
+    _nn: i64
 
     def __init__(self) -> None:
         self._reset()
@@ -266,6 +273,8 @@ class NgramCache(StaticSource):
         self._stale = False
         self._st_kid = -1
         self._touch = 0
+        self._nk = 0
+        self._nn = 0
 
     # --- native internals ------------------------------------------------------------
 
@@ -279,7 +288,7 @@ class NgramCache(StaticSource):
         exactly as if every key and node had been inserted one by one.
         """
         if self._stale:
-            self._rehash_keys(table_size(i64(len(self._k0))))
+            self._rehash_keys(table_size(self._nk))
             self._rehash_pairs(table_size(self._n_probed_nodes()))
             self._stale = False
 
@@ -299,7 +308,7 @@ class NgramCache(StaticSource):
         mask = size - 1
         k0 = self._k0
         k1 = self._k1
-        for kid in range(len(k0)):
+        for kid in range(self._nk):
             h = key_hash(k0[kid], k1[kid])
             slots[empty_slot64(slots, h & mask, mask)] = hash_tag(h) | kid
         self._slots = slots
@@ -318,21 +327,76 @@ class NgramCache(StaticSource):
         return self._new_key(-1 - s, w0, w1, NULL32, 0, NULL32)
 
     def _new_key(self, slot: i64, w0: i64, w1: i64, node: i32, c: i32, best: i32) -> i64:
-        """Append the packed key at the empty key-table ``slot`` and return its ordinal: its list
+        """Add the packed key at the empty key-table ``slot`` and return its ordinal: its list
         is the one node ``node`` (-1: none), its sum and max ``c``, its best token ``best``."""
-        kid = i64(len(self._k0))
+        kid = self._nk
+        if kid == i64(len(self._k0)):
+            self._grow_keys()
         self._slots[slot] = key_tag(w0, w1) | kid
-        self._k0 = append(self._k0, w0)
-        self._k1 = append(self._k1, w1)
-        self._head = append(self._head, node)
-        self._tail = append(self._tail, node)
-        self._sum = append(self._sum, c)
-        self._max = append(self._max, c)
-        self._best = append(self._best, best)
+        # Stores into spare room, not appends: an append is a call through librt's API table
+        # (and a reference-count round trip for the vec), seven per new key, which was most of
+        # the replay's context updates (docs/performance-log.md).
+        self._k0[kid] = w0
+        self._k1[kid] = w1
+        self._head[kid] = node
+        self._tail[kid] = node
+        self._sum[kid] = c
+        self._max[kid] = c
+        self._best[kid] = best
+        self._nk = kid + 1
         mask = self._smask
         if 2 * (kid + 1) > mask + 1:  # past load 1/2: double the table
             self._rehash_keys(2 * (mask + 1))
         return kid
+
+    def _grow_keys(self) -> None:
+        """More room in the key arrays (``_nk`` of them are keys; the rest is spare)."""
+        self._k0 = grown_i64(self._k0)
+        self._k1 = grown_i64(self._k1)
+        self._head = grown_i32(self._head)
+        self._tail = grown_i32(self._tail)
+        self._sum = grown_i32(self._sum)
+        self._max = grown_i32(self._max)
+        self._best = grown_i32(self._best)
+
+    def _grow_nodes(self) -> None:
+        """More room in the node arrays (``_nn`` of them are nodes; the rest is spare)."""
+        self._ntok = grown_i32(self._ntok)
+        self._ncnt = grown_i32(self._ncnt)
+        self._nnext = grown_i32(self._nnext)
+        self._nkey = grown_i32(self._nkey)
+
+    def _new_node(self, kid: i64, tok: i32, c: i32) -> i64:
+        """Add a node (follower ``tok`` of key ``kid``, count slot ``c``, no next) and return it;
+        the caller links it into the key's list."""
+        nid = self._nn
+        if nid == i64(len(self._ntok)):
+            self._grow_nodes()
+        self._ntok[nid] = tok
+        self._ncnt[nid] = c
+        self._nnext[nid] = NULL32
+        self._nkey[nid] = i32(kid)
+        self._nn = nid + 1
+        return nid
+
+    def _compact(self) -> None:
+        """Drop the spare room of every array, so that each holds exactly the keys or nodes: for
+        the code that takes an array's length as its count (the file encoder, the sorted merge)."""
+        nk = self._nk
+        if i64(len(self._k0)) != nk:
+            self._k0 = self._k0[:nk]
+            self._k1 = self._k1[:nk]
+            self._head = self._head[:nk]
+            self._tail = self._tail[:nk]
+            self._sum = self._sum[:nk]
+            self._max = self._max[:nk]
+            self._best = self._best[:nk]
+        nn = self._nn
+        if i64(len(self._ntok)) != nn:
+            self._ntok = self._ntok[:nn]
+            self._ncnt = self._ncnt[:nn]
+            self._nnext = self._nnext[:nn]
+            self._nkey = self._nkey[:nn]
 
     def _add(self, w0: i64, w1: i64, tok: i32, c: i64) -> None:
         """Add ``c`` (> 0) to the count of follower ``tok`` of the packed key, creating either.
@@ -350,12 +414,8 @@ class NgramCache(StaticSource):
         if c > INT32_MAX:  # only a merge of big counts: the general way, through the side arrays
             self._bump(self._intern(w0, w1), tok, c)
             return
-        nid = i64(len(self._ntok))
-        kid = self._new_key(-1 - s, w0, w1, i32(nid), i32(c), tok)
-        self._ntok = append(self._ntok, tok)
-        self._ncnt = append(self._ncnt, i32(c))
-        self._nnext = append(self._nnext, NULL32)
-        self._nkey = append(self._nkey, i32(kid))
+        kid = self._new_key(-1 - s, w0, w1, i32(self._nn), i32(c), tok)
+        self._new_node(kid, tok, i32(c))
         if c > SCAN_MAX:
             self._start_probing(kid)
 
@@ -375,7 +435,7 @@ class NgramCache(StaticSource):
         ksum = self._sum
         nkey = self._nkey
         n: i64 = 0
-        for nid in range(len(nkey)):
+        for nid in range(self._nn):
             if is_probed(i64(ksum[i64(nkey[nid])])):
                 n += 1
         return n
@@ -388,7 +448,7 @@ class NgramCache(StaticSource):
         ntok = self._ntok
         ksum = self._sum
         count: i64 = 0
-        for nid in range(len(ntok)):
+        for nid in range(self._nn):
             kid = i64(nkey[nid])
             if is_probed(i64(ksum[kid])):
                 pslots[empty_slot(pslots, pair_hash(kid, ntok[nid]) & mask, mask)] = i32(nid)
@@ -452,15 +512,11 @@ class NgramCache(StaticSource):
             if not probed and s + c > SCAN_MAX:
                 self._start_probing(kid)
             return
-        nid = i64(len(ntok))
-        self._ntok = append(ntok, tok)
         if c <= INT32_MAX:
-            self._ncnt = append(self._ncnt, i32(c))
+            nid = self._new_node(kid, tok, i32(c))
         else:  # past int32 (a merge of big counts): kept exactly in the side array
-            self._ncnt = append(self._ncnt, 0)
+            nid = self._new_node(kid, tok, 0)
             self._wcnt = set_count(self._ncnt, self._wcnt, nid, c)
-        self._nnext = append(self._nnext, NULL32)
-        self._nkey = append(self._nkey, i32(kid))
         # Append at the tail: followers keep insertion order, like the reference's dicts.
         tail = self._tail
         last = i64(tail[kid])
@@ -515,7 +571,7 @@ class NgramCache(StaticSource):
         ok0 = other._k0
         ok1 = other._k1
         ohead = other._head
-        n_keys = i64(len(ok0))
+        n_keys = other._nk
         for kid in range(n_keys):
             mine = self._intern(ok0[kid], ok1[kid])
             node = i64(ohead[kid])
@@ -524,23 +580,15 @@ class NgramCache(StaticSource):
                 node = i64(other._nnext[node])
 
     def _clear_keep(self) -> None:
-        """Remove every key but keep the table sizes (the replay clears its context per chunk)."""
-        n_keys = i64(len(self._k0))
-        n_nodes = i64(len(self._ntok))
-        self._k0 = vec[i64](capacity=n_keys)
-        self._k1 = vec[i64](capacity=n_keys)
-        self._head = vec[i32](capacity=n_keys)
-        self._tail = vec[i32](capacity=n_keys)
-        self._sum = vec[i32](capacity=n_keys)
-        self._max = vec[i32](capacity=n_keys)
+        """Remove every key but keep the arrays' room and the table sizes (the replay clears its
+        context per chunk)."""
+        # The key and node arrays are kept whole: what is past the counts is spare room, which
+        # the next keys overwrite (no reallocation, no page faults on fresh memory per chunk).
+        self._nk = 0
+        self._nn = 0
         self._wsum = vec[i64]()
         self._wmax = vec[i64]()
-        self._best = vec[i32](capacity=n_keys)
-        self._ntok = vec[i32](capacity=n_nodes)
-        self._ncnt = vec[i32](capacity=n_nodes)
         self._wcnt = vec[i64]()
-        self._nnext = vec[i32](capacity=n_nodes)
-        self._nkey = vec[i32](capacity=n_nodes)
         slots = self._slots
         for j in range(len(slots)):
             slots[j] = -1
@@ -562,7 +610,7 @@ class NgramCache(StaticSource):
 
     def _n_keys_native(self) -> i64:
         """Number of keys."""
-        return i64(len(self._k0))
+        return self._nk
 
     def _count(self, node: i64) -> i64:
         """The exact count of ``node`` (its int32 slot, or its side entry past INT32_MAX)."""
@@ -572,7 +620,7 @@ class NgramCache(StaticSource):
 
     def _st_begin(self, a: i32, b: i32) -> bool:
         """Select the part of the 2-gram (a, b); True when it has followers."""
-        if len(self._k0) == 0:
+        if self._nk == 0:
             self._st_kid = -1
             return False
         kid = self._find(pack(a, b), PAD_WORD)
@@ -616,12 +664,12 @@ class NgramCache(StaticSource):
         if other is self:
             # Merging into itself doubles every count; iterate over a copy so new nodes are not revisited.
             other = NgramCache.from_contents(self.contents())
-        if len(self._k0) == 0:
+        if self._nk == 0:
             # Into an empty cache, a merge is a copy (same keys, followers and insertion order):
             # copy the arrays and tables instead of probing for every key and follower.
             self._copy_from(other)
             return
-        if not self._stale and MERGE_PROBE_RATIO * i64(len(other._k0)) < i64(len(self._k0)):
+        if not self._stale and MERGE_PROBE_RATIO * other._nk < self._nk:
             # A few counts into a big cache whose tables are built: a probe per key and
             # follower touches less memory than ordering both caches' keys.
             self._merge_native(other)
@@ -642,6 +690,7 @@ class NgramCache(StaticSource):
         """
         from lookupdec._atomic import atomic_writer
 
+        self._compact()  # the encoder takes the arrays' lengths as the counts
         with atomic_writer(path) as f:
             # Keys and followers ascending, as the reference writes them; native sorts, in pieces.
             n_saturated = _legacy.encode(self._k0, self._k1, self._head, self._ntok, self._ncnt, self._nnext, f.write)
@@ -650,6 +699,9 @@ class NgramCache(StaticSource):
 
     def _copy_from(self, other: NgramCache) -> None:
         """Make this cache an exact copy of ``other`` (arrays, tables and insertion order)."""
+        other._compact()  # only its keys and nodes are copied
+        self._nk = other._nk
+        self._nn = other._nn
         self._k0 = copy_i64(other._k0)
         self._k1 = copy_i64(other._k1)
         self._head = copy_i32(other._head)
@@ -674,6 +726,8 @@ class NgramCache(StaticSource):
 
     def _adopt(self, d: _legacy.Decoded) -> None:
         """Take ``d``'s arrays (a decoded file's, or a sorted merge's) as this cache's; tables left stale."""
+        self._nk = i64(len(d.k0))
+        self._nn = i64(len(d.ntok))
         self._k0 = d.k0
         self._k1 = d.k1
         self._head = d.head
@@ -731,14 +785,15 @@ class NgramCache(StaticSource):
 
     def keys(self) -> Iterator[Key]:
         """Every key, in insertion order."""
-        return iter([unpack_key(self._k0[kid], self._k1[kid]) for kid in range(len(self._k0))])
+        return iter([unpack_key(self._k0[kid], self._k1[kid]) for kid in range(self._nk)])
 
     def items(self) -> Iterator[tuple[Key, dict[int, int]]]:
         """(key, part) pairs in insertion order; the parts are new dicts."""
-        return iter([(unpack_key(self._k0[kid], self._k1[kid]), self._part_dict(kid)) for kid in range(len(self._k0))])
+        return iter([(unpack_key(self._k0[kid], self._k1[kid]), self._part_dict(kid)) for kid in range(self._nk)])
 
     def _sorted_kids(self) -> list[int]:
         """Key ordinals ordered by key (signed slot-wise, as tuples sort)."""
+        self._compact()  # key_order takes the arrays' length as the number of keys
         order = _legacy.key_order(self._k0, self._k1)  # native: a tuple per key made this slow
         return [int(order[i]) for i in range(len(order))]
 
@@ -758,7 +813,7 @@ class NgramCache(StaticSource):
 
     def __len__(self) -> int:
         """Number of keys."""
-        return len(self._k0)
+        return int(self._nk)
 
     def __contains__(self, key: object) -> bool:
         hash(key)  # like a dict: an unhashable key raises TypeError
@@ -771,9 +826,9 @@ class NgramCache(StaticSource):
             return NotImplemented
         # With as many keys and nodes in both, every key and follower of self found in other
         # (with its count) makes the two equal: no key or follower of other can be left over.
-        if len(self._k0) != len(other._k0) or len(self._ntok) != len(other._ntok):
+        if self._nk != other._nk or self._nn != other._nn:
             return False
-        for kid in range(len(self._k0)):
+        for kid in range(self._nk):
             okid = other._find(self._k0[kid], self._k1[kid])
             if okid < 0:
                 return False
@@ -796,13 +851,13 @@ class NgramCache(StaticSource):
     @property
     def n_entries(self) -> int:
         """Number of (key, follower) pairs."""
-        return len(self._ntok)
+        return int(self._nn)
 
     @property
     def total_count(self) -> int:
         """Sum of all counts (the number of observations)."""
         total = 0
-        for kid in range(len(self._sum)):
+        for kid in range(self._nk):
             total += int(get_count(self._sum, self._wsum, kid))
         return total
 

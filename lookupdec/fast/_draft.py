@@ -110,7 +110,7 @@ def touch_keys(c: NgramCache, keys: vec[i64], top: i64) -> None:
     lookup and the context cache's probes, the misses overlap with that work and with each
     other, where :func:`try_primary` would wait for each n-gram's before the next.
     """
-    if i64(len(c._k0)) < TOUCH_MIN_KEYS or c._stale:
+    if c._nk < TOUCH_MIN_KEYS or c._stale:
         return
     slots = c._slots
     k0 = c._k0
@@ -142,7 +142,7 @@ def try_primary(
     ``top`` = ngram_max - ngram_min; ``min_sample`` and ``min_percent`` are indexed by
     n - ngram_min.
     """
-    if len(c._k0) == 0:
+    if c._nk == 0:
         return NULL32
     if c._stale:
         c._fresh()

@@ -42,6 +42,9 @@ def merge_sorted(self: NgramCache, other: NgramCache) -> None:
     Keys and nodes get the ordinals the probe merge gives them, so the tables, built on
     first use, come out the same too.
     """
+    # The arrays' lengths are taken as the counts below: their spare room dropped first.
+    self._compact()
+    other._compact()
     k0 = self._k0
     k1 = self._k1
     ok0 = other._k0
