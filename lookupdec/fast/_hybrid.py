@@ -170,6 +170,7 @@ class HybridState:
     target_waste10: i64
     balance: i64
     tree_votes: TreeVotes | None
+    _keys: vec[i64]
 
     def __init__(
         self,
@@ -204,6 +205,7 @@ class HybridState:
         self.last_suffix = 0
         self.last_cells = vec[i64]()
         self.tree_votes = None  # made by the first tree proposal
+        self._keys = keys_buffer()  # draft_core's scratch, one for every proposal
 
     def begin_request(self) -> None:
         """Start a new request (the previous one stays in the history)."""
@@ -538,7 +540,7 @@ class HybridState:
         tail = to_vec(tokens, lo)
         base = i64(len(tail))
         if n >= 2:
-            tail = draft_core(tail, n, n_draft, NGRAM_MIN, NGRAM_MAX, nc_context, nc_dynamic, st, keys_buffer())
+            tail = draft_core(tail, n, n_draft, NGRAM_MIN, NGRAM_MAX, nc_context, nc_dynamic, st, self._keys)
         before = vec[i32]()  # attached: the query goes on into the stream, whose end is this request
         if detached:
             # The query reaches MAX_MATCH tokens back at most: that many of the request's last
