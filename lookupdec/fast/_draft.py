@@ -39,7 +39,7 @@ STRICT_MIN_PERCENT: Final = vec[i64]([75, 66, 66, 66])
 
 
 TOUCH_MIN_KEYS: Final[i64] = 1 << 15
-"""From this many keys on, ``try_primary`` reads its probes' slots ahead (a smaller cache stays in
+"""From this many keys on, :func:`touch_keys` reads a cache's slots ahead (a smaller cache stays in
 the CPU's caches, where the extra pass would only cost)."""
 
 
