@@ -112,7 +112,7 @@ def replay_hybrid_core(
     i_start: i64 = 0
     check_ngram_range(NGRAM_MIN, NGRAM_MAX)
     own = vec[i32]()  # the query's context is the stream's end (the chunk is the current request)
-    keys = keys_buffer()
+    keys = state._keys  # draft_core's scratch, the state's own
     while i_start + n_ctx < total:
         t0 = time.perf_counter()
         state.begin_request()
