@@ -37,10 +37,11 @@ HOT_MODULES = [
     "lookupdec/builder/_probe.py",
     "lookupdec/tokenizer/_pretok.py",
 ]
-# Plain C, built with the mypyc modules (and skipped with them): the thread that maps an index's
-# pages in without the GIL (lookupdec/fast/_prefetch.c; _mapbytes falls back to a Python thread).
+# Plain C, built with the mypyc modules (and skipped with them): the native half of _mapbytes
+# (lookupdec/fast/_mapnative.c: a file mapped behind a bytes header, and the thread that maps its
+# pages in without the GIL). Without it _mapbytes uses ctypes and a Python thread.
 # Linux only: the mapping it serves (_mapbytes) is Linux only.
-C_MODULES = {"lookupdec.fast._prefetch": "lookupdec/fast/_prefetch.c"} if sys.platform.startswith("linux") else {}
+C_MODULES = {"lookupdec.fast._mapnative": "lookupdec/fast/_mapnative.c"} if sys.platform.startswith("linux") else {}
 REQUIRE = os.environ.get("LOOKUPDEC_REQUIRE_MYPYC") == "1"
 SKIP = os.environ.get("LOOKUPDEC_NO_MYPYC") == "1"
 

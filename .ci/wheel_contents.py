@@ -3,7 +3,7 @@
 Usage: ``python .ci/wheel_contents.py [--pure] DIST...`` (wheels ``*.whl``, sdists ``*.tar.gz``).
 
 - a compiled wheel holds an extension module for each of setup.py's ``HOT_MODULES``, the shared
-  library ``lookupdec__mypyc`` they load and, on Linux, the C module ``lookupdec.fast._prefetch``;
+  library ``lookupdec__mypyc`` they load and, on Linux, the C module ``lookupdec.fast._mapnative``;
   a ``--pure`` wheel holds no extension module at all;
 - a wheel holds only ``lookupdec/``, ``lookupdec__mypyc.*`` and its ``.dist-info``: no tests, perf
   harness, build backend, generated C, object files or build directories;
@@ -52,14 +52,14 @@ def check_wheel(path: Path, pure: bool) -> list[str]:
     names = zipfile.ZipFile(path).namelist()
     problems = [f"{n}: not part of the package" for n in names if not WHEEL_ALLOWED.match(n)]
     problems += [f"{n}: a source-tree or build file" for n in names if WHEEL_FORBIDDEN.search(n)]
-    # C sources (lookupdec/fast/_prefetch.c) are compiled into the wheel, not shipped in it.
+    # C sources (lookupdec/fast/_mapnative.c) are compiled into the wheel, not shipped in it.
     problems += [f"missing {f}" for f in package_files() if f not in names and not WHEEL_FORBIDDEN.search(f)]
     ext = [n for n in names if EXT.search(n)]
     if pure:
         problems += [f"{n}: an extension module in the pure-Python wheel" for n in ext]
     else:
         # A Linux wheel also holds the C module built from setup.py's C_MODULES.
-        c_modules = ("lookupdec/fast/_prefetch.",) if "linux" in path.name else ()
+        c_modules = ("lookupdec/fast/_mapnative.",) if "linux" in path.name else ()
         for stem in (*(m.removesuffix(".py") + "." for m in hot_modules()), "lookupdec__mypyc.", *c_modules):
             if not any(n.startswith(stem) for n in ext):
                 problems.append(f"no compiled {stem}* extension module")

@@ -42,15 +42,14 @@ def test_hot_module_is_an_extension(name: str) -> None:
     assert module.__file__.endswith(EXTENSION_SUFFIXES), f"{name} is not compiled: {module.__file__}"
 
 
-@pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="the prefetch thread's C module is built on Linux only"
-)
-def test_prefetch_thread_is_native() -> None:
-    """The C module that populates mappings without the GIL is built and used (not the Python thread)."""
-    from lookupdec.fast import _mapbytes, _prefetch
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the mapping's C module is built on Linux only")
+def test_mapping_is_native() -> None:
+    """The C module that maps files and populates them without the GIL is built and used
+    (not ctypes and a Python thread)."""
+    from lookupdec.fast import _mapbytes, _mapnative
 
-    assert _prefetch.__file__ is not None and _prefetch.__file__.endswith(EXTENSION_SUFFIXES)
-    assert _mapbytes._NATIVE_PREFETCH
+    assert _mapnative.__file__ is not None and _mapnative.__file__.endswith(EXTENSION_SUFFIXES)
+    assert _mapbytes._NATIVE
 
 
 def test_fast_reports_compiled() -> None:

@@ -9,6 +9,7 @@ draft exactly as the reference does, and a reference kept past ``close()`` must 
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import random
 import time
@@ -66,6 +67,27 @@ def test_view_is_the_file(tmp_path: Path, size: int) -> None:
     assert mb.close()  # nothing else references it: unmapped at once
 
 
+@pytest.mark.skipif(not _mapbytes._NATIVE, reason="the mapping's C module is not built")
+@pytest.mark.parametrize("size", [1, 4097, (2 << 20) + 5])
+def test_ctypes_mapping_is_the_native_one(tmp_path: Path, size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Interpreted installs map through ctypes: the same bytes, alignment and header as the C module's."""
+    data = os.urandom(size)
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    native = _map(path)
+    monkeypatch.setattr(_mapbytes, "_NATIVE", False)
+    by_ctypes = _map(path)
+    for mb in (native, by_ctypes):
+        view = mb.data
+        assert type(view) is bytes and view == data and hash(view) == hash(data)
+        assert (id(view) + bytes.__basicsize__ - 1) % (2 << 20 if size >= 2 << 20 else 4096) == 0
+        assert mb._length == native._length  # the same reservation
+        del view
+    assert by_ctypes.close()
+    monkeypatch.setattr(_mapbytes, "_NATIVE", True)
+    assert native.close()
+
+
 def test_a_kept_reference_outlives_close(tmp_path: Path) -> None:
     path = tmp_path / "f.bin"
     path.write_bytes(b"0123456789" * 1000)
@@ -121,6 +143,46 @@ def test_mapped_modes_draft_as_the_reference(tmp_path: Path, monkeypatch: pytest
             with pytest.raises(ValueError, match="closed"):
                 ix.get((corpus[0], corpus[1]))
     assert got == {"view": want, "mmap": want, "loaded": want, "loaded-read": want}
+
+
+def test_memo_grows_keeping_what_it_holds(tmp_path: Path) -> None:
+    """The mapped index's memo starts small (a first draft zeroes 32 KiB, not 1 MiB) and grows at
+    DMEMO_GROW_AT misses, its entries moved to their new home slots; lookups stay the reference's."""
+    fast = fast_impl()
+    index_module = __import__(fast.StaticIndex.__module__, fromlist=["_"])
+    tables = __import__(fast.StaticIndex.__module__.rsplit(".", 1)[0] + "._tables", fromlist=["_"])
+    start_bits, full_bits, grow_at = index_module.DMEMO_START_BITS, index_module.DMEMO_BITS, index_module.DMEMO_GROW_AT
+    corpus = np.fromfile(DEMO_DATA / "enwiki_wt.demo.llama3.bin", dtype="<i4")[:50_000].tolist()
+    path = tmp_path / "x.lkdc"
+    make_index(path, corpus)
+    pairs = sorted(set(itertools.pairwise(corpus)))
+    random.Random(7).shuffle(pairs)
+    ix = fast.StaticIndex.open(path)
+    for a, b in pairs[: grow_at - 1]:  # each a first lookup: a miss
+        assert ix._st_begin(a, b)
+    old = list(ix._dmemo)
+    assert ix._dbits == start_bits and len(old) == 4 << start_bits
+    want: dict[int, list[int]] = {}  # where each entry goes, in the order the growth moves them
+    for j in range(0, len(old), 4):
+        if old[j + 1] != 0:
+            k = old[j]
+            want[tables.static_slot(k >> 32, tables.low32(k), full_bits) << 2] = old[j : j + 4]
+    assert len(want) > grow_at // 2
+    a, b = pairs[grow_at - 1]
+    assert ix._st_begin(a, b)  # the miss that grows the memo
+    new = list(ix._dmemo)
+    assert ix._dbits == full_bits and len(new) == 4 << full_bits
+    last = tables.static_slot(a, b, full_bits) << 2
+    for home, entry in want.items():
+        if home != last:
+            assert new[home : home + 4] == entry
+    static = ref.build_static(corpus)
+    for a, b in [*pairs[: grow_at + 64], (-5, 7)]:  # memo hits (moved entries), new misses, an absent key
+        followers = static.get((a, b))
+        assert ix._st_begin(a, b) == bool(followers)
+        for t, c in followers.items():
+            assert ix._st_count(t) == c
+    ix.close()
 
 
 def test_closed_view_index_keeps_returned_bytes_valid(tmp_path: Path) -> None:
@@ -302,7 +364,7 @@ def _wait_prefetched(mb: _mapbytes.MappedBytes) -> None:
         time.sleep(0.001)
 
 
-@pytest.mark.skipif(not _mapbytes._NATIVE_PREFETCH, reason="the native prefetch module is not built")
+@pytest.mark.skipif(not _mapbytes._NATIVE, reason="the native prefetch module is not built")
 def test_native_prefetch_maps_every_page(tmp_path: Path) -> None:
     # More than one 4 MiB chunk, and a size that is not a multiple of a page.
     size = (9 << 20) + 123
@@ -317,7 +379,7 @@ def test_native_prefetch_maps_every_page(tmp_path: Path) -> None:
     assert _mapped_rss_kb(path) == 0
 
 
-@pytest.mark.skipif(not _mapbytes._NATIVE_PREFETCH, reason="the native prefetch module is not built")
+@pytest.mark.skipif(not _mapbytes._NATIVE, reason="the native prefetch module is not built")
 def test_close_during_prefetch_unmaps(tmp_path: Path) -> None:
     # Closed right after opening, while the thread is still reading a file that is not cached:
     # close stops it (after its chunk), unmaps, and a new mapping of the file reads right.

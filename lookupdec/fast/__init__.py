@@ -3,7 +3,7 @@
 ``pip install`` compiles the hot modules (``setup.py``'s ``HOT_MODULES``: the caches, drafting
 and replay, the static index, legacy files, the corpus, the hybrid policy, the request
 bookkeeping) to C extension modules, and on Linux builds the small C module
-``_prefetch`` (the thread that maps an index's pages in).
+``_mapnative`` (an index mapped as ``bytes``, and the thread that maps its pages in).
 Without a C compiler they run as plain Python, with identical results but slowly;
 :data:`COMPILED` says which. Beyond the reference's names this module adds
 :class:`StaticIndex`, :func:`load_static` and :func:`merge_legacy_files` (``lookupdec merge``

@@ -33,7 +33,7 @@ from lookupdec.fast._mapbytes import MappedBytes, map_bytes, read_whole
 
 # Imported here, not in StaticIndex.open: on first use they would cost a process's first open
 # many times a steady open (the header's dataclass is built then).
-from lookupdec.formats.detect import format_of, open_regular, refuse_empty_static
+from lookupdec.formats.detect import format_of, open_regular_fd, refuse_empty_static
 from lookupdec.formats.index_header import INDEX_HEADER_SIZE, index_header
 
 if TYPE_CHECKING:
@@ -62,6 +62,12 @@ MEMO_BUDGET: Final[i64] = 32 << 20
 # often but fall out of the CPU caches themselves: 2**15 drafted fastest at every index size
 # tried (docs/performance-log.md).
 DMEMO_BITS: Final[i64] = 15
+# The memo starts at 2**DMEMO_START_BITS entries (32 KiB) and takes its full size, keeping what
+# it holds, after DMEMO_GROW_AT misses (a quarter full: few collisions yet): zeroing the full
+# 1 MiB on the first lookup was most of the first draft after an open (page faults on fresh
+# memory, 0.5-1.5 ms on the shared VM; docs/performance-log.md).
+DMEMO_START_BITS: Final[i64] = 10
+DMEMO_GROW_AT: Final[i64] = 1 << (DMEMO_START_BITS - 2)
 # The bitmap of checked parts (a bit per key, 32 per i64 word) is allocated in pages of
 # 2**CHECK_PAGE_BITS keys (1,024 words, 8 KiB), each on the first lookup in it: one bitmap of
 # n_keys / 4 bytes, zeroed on the first lookup, made the first draft after opening cost time in
@@ -116,6 +122,8 @@ class StaticIndex(StaticSource):
     _memo_bytes: i64
     _checked: list[vec[i64]]
     _dmemo: vec[i64]
+    _dbits: i64
+    _dmiss: i64
     _ls: i64
     _le: i64
     _lp: i32
@@ -184,7 +192,9 @@ class StaticIndex(StaticSource):
         self._o_counts = h.counts_offset
         # One empty page per 2**CHECK_PAGE_BITS keys (an empty vec reads as all unchecked).
         self._checked = [vec[i64]()] * ((n_keys >> CHECK_PAGE_BITS) + 1)
-        self._dmemo = vec[i64]()  # allocated on the first lookup: opening stays O(1)
+        self._dmemo = vec[i64]()  # allocated on the first lookup (_first_lookup): opening stays O(1)
+        self._dbits = DMEMO_START_BITS
+        self._dmiss = 0
         self._ls = 0
         self._le = 0
         self._lp = NULL32
@@ -195,9 +205,11 @@ class StaticIndex(StaticSource):
     def open(cls, path: str | os.PathLike[str], *, in_memory: bool = False) -> StaticIndex:
         """Open a static index file: memory-mapped (default) or read into memory (``in_memory``)."""
         p = os.fspath(path)
-        with open_regular(p) as f:
-            size = os.fstat(f.fileno()).st_size
-            return open_index_file(f.fileno(), p, size, f.read(INDEX_HEADER_SIZE), in_memory)
+        fd, size = open_regular_fd(p)
+        try:
+            return open_index_file(fd, p, size, os.pread(fd, INDEX_HEADER_SIZE, 0), in_memory)
+        finally:
+            os.close(fd)
 
     @classmethod
     def from_bytes(cls, data: bytes, path: str = "<memory>") -> StaticIndex:
@@ -379,10 +391,9 @@ class StaticIndex(StaticSource):
         # part passed _check_part, so a hit needs no check and reads nothing from the file.
         dm = self._dmemo
         if len(dm) == 0:
-            dm = filled_i64(i64(4) << DMEMO_BITS, 0)
-            self._dmemo = dm
+            dm = self._first_lookup()
         k = pack(a, b)
-        j = static_slot(a, b, DMEMO_BITS) << 2
+        j = static_slot(a, b, self._dbits) << 2
         v = dm[j + 1]
         if v != 0 and dm[j] == k:
             if v == 1:
@@ -392,6 +403,10 @@ class StaticIndex(StaticSource):
             self._set_part(dm[j + 2], dm[j + 3])
             return True
         o = self._lookup(a, b)
+        self._dmiss += 1
+        if self._dmiss == DMEMO_GROW_AT:
+            dm = self._grow_memo()
+            j = static_slot(a, b, DMEMO_BITS) << 2
         if o < 0:
             dm[j] = k
             dm[j + 1] = 1
@@ -407,6 +422,35 @@ class StaticIndex(StaticSource):
         self._cpick = pick
         self._set_part(s, n)
         return True
+
+    def _first_lookup(self) -> vec[i64]:
+        """The work left from opening to the first lookup, so that opening costs O(1) and little:
+        the memo, at its start size, and the thread that maps the file's pages in
+        (:meth:`MappedBytes.prefetch`: starting a thread costs 0.05-0.15 ms on the shared VM,
+        most of an open)."""
+        view = self._view
+        if view is not None and not self.in_memory:
+            view.prefetch()
+        dm = filled_i64(i64(4) << DMEMO_START_BITS, 0)
+        self._dmemo = dm
+        return dm
+
+    def _grow_memo(self) -> vec[i64]:
+        """The memo at its full size, holding the entries of the small one (see DMEMO_START_BITS)."""
+        old = self._dmemo
+        dm = filled_i64(i64(4) << DMEMO_BITS, 0)
+        for i in range(i64(len(old)) >> 2):
+            j = 4 * i
+            if old[j + 1] != 0:
+                k = old[j]
+                n = static_slot(i32(k >> 32), low32(k), DMEMO_BITS) << 2
+                dm[n] = k
+                dm[n + 1] = old[j + 1]
+                dm[n + 2] = old[j + 2]
+                dm[n + 3] = old[j + 3]
+        self._dmemo = dm
+        self._dbits = DMEMO_BITS
+        return dm
 
     def _lookup(self, a: i32, b: i32) -> i64:
         """:meth:`_find` then the checks of :meth:`_span` in direct mode, from the values _find read.
@@ -695,8 +739,7 @@ def open_index_file(fd: int, p: str, size: int, header: bytes, in_memory: bool) 
         except BaseException:
             view.close()
             raise
-        view.prefetch()  # the whole file mapped in by a thread, not waited for (open stays O(1))
-        return ix
+        return ix  # the first lookup starts the prefetch (_first_lookup)
     mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     try:
         return StaticIndex(p, header, size, b"", mm)
@@ -727,17 +770,19 @@ def load_static(
 
     # One open for the format, the size and the header: a lookupdec index is opened on it.
     p = os.fspath(path)
-    with open_regular(p) as f:
-        size = os.fstat(f.fileno()).st_size
+    fd, size = open_regular_fd(p)
+    try:
         if size == 0:
             refuse_empty_static(p)
-        header = f.read(INDEX_HEADER_SIZE)
+        header = os.pread(fd, INDEX_HEADER_SIZE, 0)
         fmt = format_of(header)
         if fmt == "lookupdec":
-            ix = open_index_file(f.fileno(), p, size, header, in_memory)
+            ix = open_index_file(fd, p, size, header, in_memory)
             if verify:
                 ix.verify()
             return ix
+    finally:
+        os.close(fd)
     if fmt == "fork-v1":
         from lookupdec.formats import ForkStatic
 

@@ -50,11 +50,11 @@ _BASE_REFS: Final = 1 << 30
 _HEAD: Final = bytes.__basicsize__ - 1  # offset of ob_sval: the header before the data
 
 try:
-    from lookupdec.fast import _prefetch  # C, built with the compiled modules (Linux)
+    from lookupdec.fast import _mapnative  # C, built with the compiled modules (Linux)
 
-    _NATIVE_PREFETCH = True
-except ImportError:  # an interpreted install: MappedBytes.prefetch uses a Python thread
-    _NATIVE_PREFETCH = False
+    _NATIVE = True
+except ImportError:  # an interpreted install: ctypes maps, and prefetch uses a Python thread
+    _NATIVE = False
 
 _pending: list[MappedBytes] = []  # closed, but still referenced when closed: unmapped later
 
@@ -80,12 +80,15 @@ def _pages(size: int) -> int:
     return (size + _PAGE - 1) // _PAGE * _PAGE
 
 
+def _header(size: int) -> bytes:
+    """The ``_HEAD`` bytes of a ``bytes`` object's header (refcount, type, size, hash) for ``size`` bytes of data."""
+    words = (_BASE_REFS, id(bytes), size, -1)  # hash -1: not computed yet
+    return b"".join(w.to_bytes(8, sys.byteorder, signed=True) for w in words)
+
+
 def _write_header(addr: int, size: int) -> None:
-    """A ``bytes`` header (refcount, type, size, hash) at ``addr``; the data follows at ``addr + _HEAD``."""
-    ctypes.c_ssize_t.from_address(addr).value = _BASE_REFS
-    ctypes.c_void_p.from_address(addr + 8).value = id(bytes)
-    ctypes.c_ssize_t.from_address(addr + 16).value = size
-    ctypes.c_ssize_t.from_address(addr + 24).value = -1  # hash not computed yet
+    """A ``bytes`` header at ``addr``; the data follows at ``addr + _HEAD``."""
+    ctypes.memmove(addr, _header(size), _HEAD)
 
 
 def _as_object(addr: int) -> bytes:
@@ -138,14 +141,14 @@ class MappedBytes:
     """A read-only shared mapping of a whole file (:func:`map_bytes`), or a read-only private
     copy of it (:func:`copy_bytes`), exposed as :attr:`data` (a ``bytes``)."""
 
-    def __init__(self, base: int, length: int, start: int, size: int) -> None:
+    def __init__(self, base: int, length: int, start: int, size: int, data: bytes | None = None) -> None:
         self._base = base
         self._length = length
         self._start = start  # address of the file's first byte
         self.size = size
         self._obj = start - _HEAD
-        self.data: bytes = _as_object(self._obj)
-        self._job: object = None  # the native prefetch thread's job (_prefetch.start), until close
+        self.data: bytes = _as_object(self._obj) if data is None else data
+        self._job: object = None  # the native prefetch thread's job (_mapnative.start), until close
 
     def advise(self, advice: int) -> bool:
         """``madvise`` the file's pages (e.g. ``mmap.MADV_WILLNEED``); False if refused."""
@@ -155,7 +158,7 @@ class MappedBytes:
 
     def prefetch(self) -> None:
         """Read the whole file into the page cache and map it, in a background thread; the
-        opener does not wait.
+        caller does not wait. A static index calls it on its first lookup, a corpus when opened.
 
         ``MADV_POPULATE_READ`` (Linux 5.14+) reads in every page not cached yet and maps them
         all into this process. A file not cached yet is then read in 2 MiB folios (the
@@ -164,7 +167,7 @@ class MappedBytes:
         (22 of 30 MiB huge-mapped against 30, for a 33 MB index read cold).
 
         The calls are made by a native thread that never takes the GIL (the C module
-        ``_prefetch``, built with the compiled modules): starting it costs one ``clone``, and
+        ``_mapnative``, built with the compiled modules): starting it costs one ``clone``, and
         it runs while a compiled replay holds the GIL. It works in 4 MiB chunks, and
         :meth:`close` stops it after the chunk in progress. Without that module (an
         interpreted install) a Python thread makes one ``madvise`` over the whole file; its
@@ -178,8 +181,8 @@ class MappedBytes:
         if os.environ.get("LOOKUPDEC_POPULATE", "1") == "0":
             self._readahead()
             return
-        if _NATIVE_PREFETCH:
-            self._job = _prefetch.start(self._start, _pages(self.size))
+        if _NATIVE:
+            self._job = _mapnative.start(self._start, _pages(self.size))
             if self._job is not None:
                 return
         import threading
@@ -195,7 +198,7 @@ class MappedBytes:
 
     def prefetched(self) -> bool | None:
         """Whether the native prefetch thread has stopped; None if none was started (or it was cancelled)."""
-        return None if self._job is None or not _NATIVE_PREFETCH else bool(_prefetch.finished(self._job))
+        return None if self._job is None or not _NATIVE else bool(_mapnative.finished(self._job))
 
     def populate(self) -> bool:
         """Map every page of the file into this process now (``MADV_POPULATE_READ``), reading
@@ -216,8 +219,8 @@ class MappedBytes:
 
     def close(self) -> bool:
         """Drop :attr:`data`; unmap now if nothing else references it (True), else later (False)."""
-        if self._job is not None and _NATIVE_PREFETCH:
-            _prefetch.cancel(self._job)  # before munmap, which would wait for the whole file
+        if self._job is not None and _NATIVE:
+            _mapnative.cancel(self._job)  # before munmap, which would wait for the whole file
             self._job = None
         if not self._base:
             return True
@@ -226,8 +229,11 @@ class MappedBytes:
             if self not in _pending:
                 _pending.append(self)
             return False
-        assert _LIBC is not None
-        _LIBC.munmap(self._base, self._length)
+        if _NATIVE:
+            _mapnative.unmap(self._base, self._length)
+        else:
+            assert _LIBC is not None
+            _LIBC.munmap(self._base, self._length)
         self._base = 0
         if self in _pending:
             _pending.remove(self)
@@ -266,6 +272,9 @@ def map_bytes(fd: int, size: int) -> MappedBytes | None:
     if not supported() or size <= 0:
         return None
     _sweep()
+    if _NATIVE:  # the same steps as below, in C: a few system calls and no ctypes call
+        base, length, start, data = _mapnative.map_file(fd, size, _header(size))
+        return MappedBytes(base, length, start, size, data)
     assert _LIBC is not None
     base, length, start = _reserve(size)  # then the file mapped over the data's pages
     got = _LIBC.mmap(start, size, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, 0)

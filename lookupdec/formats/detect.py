@@ -37,19 +37,30 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     the file is opened non-blocking and checked with ``fstat`` (no race with a rename)
     before a byte is read. FileNotFoundError names the file as a cache file.
     """
+    fd, _ = open_regular_fd(path)
+    return os.fdopen(fd, "rb")
+
+
+def open_regular_fd(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """:func:`open_regular` as a raw descriptor, and the file's size: ``(fd, size)``; close ``fd``.
+
+    For the openers that read only a header (``os.pread``) and map the rest: no file object.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise FileNotFoundError(2, "no such cache file", os.fspath(path)) from None
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise CacheFormatError(path, f"is {file_kind(mode)}, not a regular file: a cache must be a regular file")
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CacheFormatError(
+                path, f"is {file_kind(st.st_mode)}, not a regular file: a cache must be a regular file"
+            )
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
-    return os.fdopen(fd, "rb")
+    return fd, st.st_size
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:

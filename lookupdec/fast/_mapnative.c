@@ -1,12 +1,19 @@
-/* Populate a mapping from a native thread that never takes the GIL.
+/* The native half of lookupdec/fast/_mapbytes.py (built with the compiled modules, Linux only).
  *
- * lookupdec/fast/_mapbytes.py maps index and corpus files and then asks the kernel to map
- * every page of them into the process (MADV_POPULATE_READ), so drafting takes no page faults
- * and the file's 2 MiB folios are mapped as huge pages. Done by the opener, that costs time
- * in proportion to the file (a few ms for 30 MB); done by a Python thread, it costs the
- * thread's start (the opener waits for it: the thread needs the GIL until its first ctypes
- * call releases it, and a compiled replay holds the GIL for as long as it runs). A pthread
- * started here runs no Python at all, so the opener pays one clone() and nothing waits.
+ * map_file: the file mapped read-only behind the header of a CPython bytes object, in one call.
+ * _mapbytes does the same through ctypes where this module is not built; here it costs a few
+ * system calls, where each ctypes function's first call in a process cost 25-30 us more (most of
+ * a process's first open of an index, measured on the shared VM). The object's layout is
+ * _mapbytes' knowledge: it passes the header's bytes and its length in.
+ *
+ * start/cancel/finished: populate a mapping from a native thread that never takes the GIL.
+ * _mapbytes maps index and corpus files and then asks the kernel to map every page of them into
+ * the process (MADV_POPULATE_READ), so drafting takes no page faults and the file's 2 MiB folios
+ * are mapped as huge pages. Done by the opener, that costs time in proportion to the file (a few
+ * ms for 30 MB); done by a Python thread, it costs the thread's start (the opener waits for it:
+ * the thread needs the GIL until its first ctypes call releases it, and a compiled replay holds
+ * the GIL for as long as it runs). A pthread started here runs no Python at all, so the caller
+ * pays one clone() and nothing waits.
  *
  * The thread populates in chunks and checks a cancel flag between them, so closing the
  * mapping (munmap, which waits for a madvise in progress on it) waits for one chunk at most,
@@ -25,8 +32,13 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
+#ifndef MADV_HUGEPAGE
+#define MADV_HUGEPAGE 14
+#endif
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22 /* Linux 5.14+ (asm-generic); older headers lack it */
 #endif
@@ -122,7 +134,57 @@ static PyObject *finished(PyObject *self, PyObject *arg) {
     return PyBool_FromLong(__atomic_load_n(&job->done, __ATOMIC_ACQUIRE));
 }
 
+/* Files of at least this size start at a multiple of it (see _mapbytes._HUGE). */
+#define HUGE_ALIGN ((size_t)2 << 20)
+
+static PyObject *map_file(PyObject *self, PyObject *args) {
+    int fd;
+    unsigned long long size_arg;
+    const char *head;
+    Py_ssize_t head_len;
+    if (!PyArg_ParseTuple(args, "iKy#", &fd, &size_arg, &head, &head_len))
+        return NULL;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t size = (size_t)size_arg;
+    if (size == 0 || head_len <= 0 || (size_t)head_len > page)
+        return PyErr_Format(PyExc_ValueError, "map_file: size %llu, header of %zd bytes", size_arg, head_len);
+    /* One header page, the data and at least one byte more (the NUL bytes data ends with), with
+     * room to align the data's start: the layout of _mapbytes._reserve. */
+    size_t align = size >= HUGE_ALIGN ? HUGE_ALIGN : page;
+    size_t length = page + (size + 1 + page - 1) / page * page + (align - page);
+    char *base = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    uintptr_t start = ((uintptr_t)base + page + align - 1) / align * align;
+    if (mmap((void *)start, size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0) != (void *)start) {
+        int e = errno;
+        munmap(base, length);
+        errno = e;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (size >= HUGE_ALIGN) /* pages read in through this mapping come in 2 MiB folios (a hint) */
+        madvise((void *)start, (size + page - 1) / page * page, MADV_HUGEPAGE);
+    memcpy((char *)start - head_len, head, (size_t)head_len);
+    PyObject *obj = (PyObject *)((char *)start - head_len);
+    Py_INCREF(obj);
+    return Py_BuildValue("KKKN", (unsigned long long)(uintptr_t)base, (unsigned long long)length,
+                         (unsigned long long)start, obj);
+}
+
+static PyObject *unmap(PyObject *self, PyObject *args) {
+    unsigned long long base, length;
+    if (!PyArg_ParseTuple(args, "KK", &base, &length))
+        return NULL;
+    if (munmap((void *)(uintptr_t)base, (size_t)length) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"map_file", map_file, METH_VARARGS,
+     "map_file(fd, size, head) -> (base, length, start, obj): the file mapped read-only at start, "
+     "head written just before it; obj is the object whose header head is."},
+    {"unmap", unmap, METH_VARARGS, "unmap(base, length): munmap a map_file reservation."},
     {"start", start, METH_VARARGS,
      "start(addr, length) -> job or None: populate the page-aligned mapped range in a native thread."},
     {"cancel", cancel, METH_O,
@@ -132,8 +194,8 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_prefetch",
-    "Populate a mapped file's pages from a native thread (see _mapbytes.MappedBytes.prefetch).", -1, methods,
+    PyModuleDef_HEAD_INIT, "_mapnative",
+    "The native half of lookupdec.fast._mapbytes: map_file, and the prefetch thread.", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__prefetch(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__mapnative(void) { return PyModule_Create(&module); }
