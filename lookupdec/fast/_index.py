@@ -65,7 +65,7 @@ DMEMO_BITS: Final[i64] = 15
 # The memo starts at 2**DMEMO_START_BITS entries (32 KiB) and takes its full size, keeping what
 # it holds, after DMEMO_GROW_AT misses (a quarter full: few collisions yet): zeroing the full
 # 1 MiB on the first lookup was most of the first draft after an open (page faults on fresh
-# memory, 0.5-1.5 ms on the shared VM; docs/performance-log.md).
+# memory; docs/performance-log.md).
 DMEMO_START_BITS: Final[i64] = 10
 DMEMO_GROW_AT: Final[i64] = 1 << (DMEMO_START_BITS - 2)
 # The bitmap of checked parts (a bit per key, 32 per i64 word) is allocated in pages of
@@ -426,8 +426,7 @@ class StaticIndex(StaticSource):
     def _first_lookup(self) -> vec[i64]:
         """The work left from opening to the first lookup, so that opening costs O(1) and little:
         the memo, at its start size, and the thread that maps the file's pages in
-        (:meth:`MappedBytes.prefetch`: starting a thread costs 0.05-0.15 ms on the shared VM,
-        most of an open)."""
+        (:meth:`MappedBytes.prefetch`: starting a thread cost more than the rest of an open)."""
         view = self._view
         if view is not None and not self.in_memory:
             view.prefetch()

@@ -2,9 +2,9 @@
  *
  * map_file: the file mapped read-only behind the header of a CPython bytes object, in one call.
  * _mapbytes does the same through ctypes where this module is not built; here it costs a few
- * system calls, where each ctypes function's first call in a process cost 25-30 us more (most of
- * a process's first open of an index, measured on the shared VM). The object's layout is
- * _mapbytes' knowledge: it passes the header's bytes and its length in.
+ * system calls, where the first call of each ctypes function in a process cost more than the
+ * system calls themselves (docs/performance-log.md). The object's layout is _mapbytes'
+ * knowledge: it passes the header's bytes and its length in.
  *
  * start/cancel/finished: populate a mapping from a native thread that never takes the GIL.
  * _mapbytes maps index and corpus files and then asks the kernel to map every page of them into
