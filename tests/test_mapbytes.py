@@ -88,6 +88,22 @@ def test_ctypes_mapping_is_the_native_one(tmp_path: Path, size: int, monkeypatch
     assert native.close()
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_unmappable_descriptor_is_an_os_error(native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A descriptor the kernel cannot map (a pipe): OSError with errno and what was mapped, in C as through ctypes."""
+    if native and not _mapbytes._NATIVE:
+        pytest.skip("the mapping's C module is not built")
+    monkeypatch.setattr(_mapbytes, "_NATIVE", native)
+    r, w = os.pipe()
+    try:
+        with pytest.raises(OSError, match=r"mmap of the file \(4096 bytes\): ") as caught:
+            _mapbytes.map_bytes(r, 4096)
+        assert caught.value.errno is not None and caught.value.errno > 0
+    finally:
+        os.close(r)
+        os.close(w)
+
+
 def test_a_kept_reference_outlives_close(tmp_path: Path) -> None:
     path = tmp_path / "f.bin"
     path.write_bytes(b"0123456789" * 1000)

@@ -137,6 +137,16 @@ static PyObject *finished(PyObject *self, PyObject *arg) {
 /* Files of at least this size start at a multiple of it (see _mapbytes._HUGE). */
 #define HUGE_ALIGN ((size_t)2 << 20)
 
+/* OSError(errno, "<what>: <strerror>"), the errors of _mapbytes' ctypes path. */
+static PyObject *os_error(int e, const char *what, unsigned long long n) {
+    PyObject *err = Py_BuildValue("(iN)", e, PyUnicode_FromFormat(what, n, strerror(e)));
+    if (err != NULL) {
+        PyErr_SetObject(PyExc_OSError, err);
+        Py_DECREF(err);
+    }
+    return NULL;
+}
+
 static PyObject *map_file(PyObject *self, PyObject *args) {
     int fd;
     unsigned long long size_arg;
@@ -154,13 +164,12 @@ static PyObject *map_file(PyObject *self, PyObject *args) {
     size_t length = page + (size + 1 + page - 1) / page * page + (align - page);
     char *base = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED)
-        return PyErr_SetFromErrno(PyExc_OSError);
+        return os_error(errno, "mmap of %llu anonymous bytes: %s", (unsigned long long)length);
     uintptr_t start = ((uintptr_t)base + page + align - 1) / align * align;
     if (mmap((void *)start, size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0) != (void *)start) {
         int e = errno;
         munmap(base, length);
-        errno = e;
-        return PyErr_SetFromErrno(PyExc_OSError);
+        return os_error(e, "mmap of the file (%llu bytes): %s", size_arg);
     }
     if (size >= HUGE_ALIGN) /* pages read in through this mapping come in 2 MiB folios (a hint) */
         madvise((void *)start, (size + page - 1) / page * page, MADV_HUGEPAGE);
