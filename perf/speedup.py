@@ -195,6 +195,16 @@ def task_prompts() -> list[tuple[str, str, bool]]:
     ]
 
 
+def llama_cpp_task_prompts(llm: Any) -> list[tuple[str, list[int]]]:
+    """(name, ids) of :func:`task_prompts` for SmolLM2 in llama-cpp-python: chat prompts in its template."""
+    out = []
+    for name, text, chat in task_prompts():
+        if chat:
+            text = f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+        out.append((name, llm.tokenize(text.encode(), add_bos=False, special=True)))
+    return out
+
+
 # --- timing ----------------------------------------------------------------------------------
 
 
@@ -690,10 +700,8 @@ def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict
     )  # fmt: skip
     n_vocab = int(llm.n_vocab())
     workloads = []
-    for name, text, chat in task_prompts():
-        if chat:
-            text = f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
-        workloads.append(Workload(name, [llm.tokenize(text.encode(), add_bos=False, special=True)]))
+    for name, ids in llama_cpp_task_prompts(llm):
+        workloads.append(Workload(name, [ids]))
     corpus_text = (data_dir() / "enwiki_wt.10M.txt").read_text(encoding="utf-8")[:2_000_000]
     static = lookupdec.build_static(llm.tokenize(corpus_text.encode(), add_bos=False))
     curves = {"*": llama_cpp_curve(llm, workloads[0].prompts[0], max(ks), reps=5)}

@@ -126,14 +126,9 @@ def test_tiny_llama_output_identical_and_drafts_counted(
 
 
 def smollm2_prompts(llm: Any) -> list[list[int]]:
-    from perf.speedup import task_prompts
+    from perf.speedup import llama_cpp_task_prompts
 
-    out = []
-    for _, text, chat in task_prompts():
-        if chat:
-            text = f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
-        out.append(llm.tokenize(text.encode(), add_bos=False, special=True))
-    return out
+    return [ids for _, ids in llama_cpp_task_prompts(llm)]
 
 
 def test_smollm2_output_identical_on_every_prompt(llama_cpp: Any, smollm2: Path) -> None:
@@ -150,6 +145,18 @@ def test_smollm2_output_identical_on_every_prompt(llama_cpp: Any, smollm2: Path)
         assert list(draft_model.generate(llm, prompt, max_tokens=64, temp=0.0, top_k=1)) == want
     assert drafter.stats.requests == len(prompts) and drafter.open_requests == 0
     assert drafter.stats.n_accept > 20  # the rename and continue prompts copy long spans
+
+
+def test_smollm2_verification_is_batch_invariant_on_one_thread(llama_cpp: Any, smollm2: Path) -> None:
+    """Why the output is identical: on one thread (flash_attn on) a batch of 5 verified tokens
+    gets the argmaxes of one-token decoding, on every prompt (``perf batch-invariance`` shows
+    that two threads do not)."""
+    from perf.batch_invariance import first_difference
+
+    llm = load(llama_cpp, smollm2)
+    for prompt in smollm2_prompts(llm):
+        at = first_difference(llm.eval, lambda i: llm.scores[i], lambda: int(llm.n_tokens), llm.reset, prompt, 64, 5)
+        assert at is None, f"token {at} differs"
 
 
 def test_smollm2_through_create_completion(llama_cpp: Any, smollm2: Path) -> None:
