@@ -1,10 +1,10 @@
 """Whether llama.cpp verifies a draft as it decodes one token at a time (batch invariance).
 
-    python -m perf batch-invariance [--threads 1,2] [--batch 5] [--tokens 96]
+    python -m perf batch-invariance [--model smollm2|gemma3] [--threads 1,2] [--batch 5] [--tokens 96]
 
 Speculative decoding gives exactly the model's greedy output only if the logits of a token
 verified in a batch pick the same argmax as when it is decoded alone. For each task prompt of
-``perf speedup`` (SmolLM2-135M-Instruct through llama-cpp-python, ``flash_attn=True``), this
+``perf speedup`` (SmolLM2-135M-Instruct or Gemma 3 270M through llama-cpp-python, ``flash_attn=True``), this
 decodes ``--tokens`` greedily one token per forward pass, then feeds the same tokens again in
 batches of ``--batch`` and reports the first position whose argmax differs, per thread count.
 Where it differs, every drafter (llama-cpp-python's own too) can change the output.
@@ -57,18 +57,20 @@ def first_difference(
     return None
 
 
-def check(threads: int, batch: int, n: int) -> dict[str, int | None]:
-    """First differing position per task prompt, for SmolLM2 in llama-cpp-python on ``threads`` threads."""
+def check(threads: int, batch: int, n: int, model: str = "smollm2") -> dict[str, int | None]:
+    """First differing position per task prompt, for ``model`` (a key of ``perf.speedup.LLAMA_CPP_MODELS``)
+    in llama-cpp-python on ``threads`` threads."""
     from llama_cpp import Llama
 
-    from perf.speedup import llama_cpp_task_prompts, smollm2_path
+    from perf.speedup import LLAMA_CPP_MODELS, llama_cpp_task_prompts
 
+    _, find, instruct = LLAMA_CPP_MODELS[model]
     llm = Llama(
-        model_path=str(smollm2_path()), n_ctx=4096, n_threads=threads, n_threads_batch=threads, logits_all=True,
+        model_path=str(find()), n_ctx=4096, n_threads=threads, n_threads_batch=threads, logits_all=True,
         flash_attn=True, verbose=False,
     )  # fmt: skip
     out: dict[str, int | None] = {}
-    for name, prompt in llama_cpp_task_prompts(llm):
+    for name, prompt in llama_cpp_task_prompts(llm, instruct):
         out[name] = first_difference(
             llm.eval, lambda i: llm.scores[i], lambda: int(llm.n_tokens), llm.reset, prompt, n, batch
         )
@@ -78,6 +80,7 @@ def check(threads: int, batch: int, n: int) -> dict[str, int | None]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Print, per thread count and prompt, whether batched verification agrees with one-token decoding."""
     ap = argparse.ArgumentParser(prog="python -m perf batch-invariance", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=["smollm2", "gemma3"], default="smollm2", help="the GGUF (default: smollm2)")
     ap.add_argument("--threads", default="1,2", help="thread counts, comma-separated (default: 1,2)")
     ap.add_argument("--batch", type=int, default=5, help="tokens per verification batch (default: 5, a draft of 4)")
     ap.add_argument("--tokens", type=int, default=96, help="greedy tokens per prompt (default: 96)")
@@ -85,9 +88,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.batch < 2 or args.tokens < 2:
         ap.error("--batch and --tokens must be at least 2")
     for threads in (int(t) for t in args.threads.split(",")):
-        for name, at in check(threads, args.batch, args.tokens).items():
+        try:
+            found = check(threads, args.batch, args.tokens, args.model)
+        except (FileNotFoundError, ImportError) as e:
+            print(f"perf batch-invariance: {e}", file=sys.stderr)
+            return 2
+        for name, at in found.items():
             verdict = "batch-invariant" if at is None else f"differs at generated token {at}"
-            print(f"threads {threads}  batch {args.batch}  {name:<10} {verdict}")
+            print(f"{args.model}  threads {threads}  batch {args.batch}  {name:<10} {verdict}")
     return 0
 
 

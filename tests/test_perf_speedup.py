@@ -49,3 +49,52 @@ def test_edit_windows_sample_every_part_of_the_outputs() -> None:
         assert truth == p.output[start : start + 16]
     with pytest.raises(ValueError, match="no edit pair"):
         edit_windows(pairs[1:3], 2, 16)
+
+
+class _RecordingLlama:
+    """llama-cpp-python's ``Llama.tokenize``, recording what it was asked (one id per byte)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[bytes, bool, bool]] = []
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        self.calls.append((text, add_bos, special))
+        return list(text)
+
+
+def test_task_prompts_take_the_chat_template_only_for_an_instruct_model() -> None:
+    from perf.speedup import llama_cpp_task_prompts, task_prompts
+
+    texts = task_prompts()
+    chat = _RecordingLlama()
+    llama_cpp_task_prompts(chat, instruct=True)
+    base = _RecordingLlama()
+    llama_cpp_task_prompts(base, instruct=False)
+    assert len(chat.calls) == len(base.calls) == len(texts)
+    for (name, text, is_chat), (c_text, c_bos, c_special), (b_text, b_bos, b_special) in zip(
+        texts, chat.calls, base.calls, strict=True
+    ):
+        assert b_text == text.encode(), name  # a base model reads the task's text as it is
+        assert (b_bos, b_special) == (True, False), name  # after BOS, special tokens not parsed
+        assert (c_bos, c_special) == (False, True), name  # the template carries the special tokens
+        assert (c_text != text.encode()) == is_chat, name
+        if is_chat:
+            assert c_text.startswith(b"<|im_start|>user\n") and text.encode() in c_text
+
+
+@pytest.mark.parametrize(
+    ("engine", "model", "message"),
+    [
+        ("llama-cpp", "0.5b", "--engine llama-cpp runs --model smollm2 or gemma3"),
+        ("transformers", "gemma3", "runs in --engine llama-cpp"),
+    ],
+)
+def test_a_model_its_engine_cannot_run_is_refused(
+    engine: str, model: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from perf.speedup import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--engine", engine, "--model", model])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
