@@ -61,6 +61,7 @@ from typing import Any, Final
 
 import numpy as np
 
+import lookupdec
 from perf._common import REPO, data_dir
 from perf.grounded_data import GroundedDataError
 
@@ -202,13 +203,17 @@ def teacher_forced_workloads(
 
 
 def task_prompts() -> list[tuple[str, str, bool]]:
-    """(name, text, chat): prompts from real tasks, built from files shipped with lookupdec and ../shared."""
-    src = (REPO / "lookupdec" / "adapters" / "__init__.py").read_text(encoding="utf-8")
+    """(name, text, chat): prompts from real tasks, built from files shipped with lookupdec and ../shared.
+
+    lookupdec's files are read from the imported package, not the checkout: the wheel check runs
+    the tests from a copy of ``tests/`` and ``perf/`` with no source tree beside them."""
+    package = Path(lookupdec.__file__).parent
+    src = (package / "adapters" / "__init__.py").read_text(encoding="utf-8")
     func = src[src.index("    def sync(") : src.index("    def propose(")]
-    readme = (REPO / "lookupdec" / "data" / "README.md").read_text(encoding="utf-8")[:1500]
+    readme = (package / "data" / "README.md").read_text(encoding="utf-8")[:1500]
     wiki = (data_dir() / "wiki.test.raw").read_text(encoding="utf-8")
     passage = wiki[wiki.index(" = Robert Boulter = ") :][:1800]
-    code = (REPO / "lookupdec" / "adapters" / "llama_cpp.py").read_text(encoding="utf-8")
+    code = (package / "adapters" / "llama_cpp.py").read_text(encoding="utf-8")
     code = code[code.index("class LookupDraftModel") :][:1400]
     return [
         (
