@@ -25,7 +25,10 @@ Drafters (``--drafters``), each at ``n_draft`` = every ``--k`` value:
   2, its default, and 3);
 - ``vllm``, ``vllm25``: vLLM's n-gram rule at n = 5 and at n = 2..5 (``perf.peers.VllmNgram``);
 - ``suffix``, ``suffix4``: Arctic Inference's ``SuffixDecodingCache`` at its defaults and with
-  ``max_spec_factor`` 4 (needs the extension, perf/README.md "Peers"; skipped otherwise).
+  ``max_spec_factor`` 4 (needs the extension, perf/README.md "Peers"; skipped otherwise);
+- ``oracle``, ``oracle/anchored``: not drafters but ceilings (``perf.oracle``): a clairvoyant
+  that drafts the longest prefix of the true continuation occurring in the history (anywhere, or
+  after an occurrence of the last token), so that no drafter copying a span accepts more per step.
 
 Tokens per step (output tokens / steps) and accepted tokens are deterministic; µs per step is
 ``propose`` + ``observe`` through each drafter's Python API (for the peers that is not their
@@ -52,6 +55,7 @@ from perf import peers
 from perf._common import STATIC_FILE, data_dir
 from perf.bench_policy import read_tokens, static_index
 from perf.grounded_data import build_pairs, load_sample
+from perf.oracle import OracleDrafter, SpanOracle
 from perf.peers import Generation, PeerDrafter, PeerUnavailable, teacher_force
 
 DRAFTERS = (
@@ -67,8 +71,12 @@ DRAFTERS = (
     "vllm25",
     "suffix",
     "suffix4",
+    "oracle",
+    "oracle/anchored",
 )
 """Every drafter this benchmark knows, the default ``--drafters``."""
+ORACLES = ("oracle", "oracle/anchored")
+"""The ceilings of :mod:`perf.oracle`: neither lookupdec's nor a peer."""
 LOOKUPDEC = ("llama", "llama+static", "hybrid", "hybrid+static", "hybrid+corpus", "hybrid/w0.5")
 """The drafters that are lookupdec's (the others are peers)."""
 
@@ -145,8 +153,16 @@ STATIC_DRAFTERS = ("llama+static", "hybrid+static", "hybrid+corpus")
 """The drafters that read the static index (and ``hybrid+corpus`` its corpus)."""
 
 
-def make_drafter(name: str, k: int, n_ctx: int, static: Any, corpus: list[int]) -> PeerDrafter:
-    """The drafter called ``name`` drafting up to ``k`` tokens; may raise :class:`PeerUnavailable`."""
+def make_drafter(
+    name: str, k: int, n_ctx: int, static: Any, corpus: list[int], oracle: SpanOracle | None = None
+) -> PeerDrafter:
+    """The drafter called ``name`` drafting up to ``k`` tokens; may raise :class:`PeerUnavailable`.
+
+    The oracles need ``oracle``, to which the caller gives each pair before it is generated."""
+    if name in ORACLES:
+        if oracle is None:
+            raise ValueError(f"{name} needs a SpanOracle")
+        return OracleDrafter(oracle, k, anchored=name == "oracle/anchored")
     if name == "llama":
         return LookupdecDrafter("llama", k)
     if name == "llama+static":
@@ -174,11 +190,13 @@ def run(pairs: Sequence[Any], names: Sequence[str], ks: Sequence[int], cache: Pa
         corpus = read_tokens(data_dir() / STATIC_FILE)
         static = static_index(fast, corpus, cache / "enwiki.static.lkdc")
     n_ctx = max((len(p.prompt) + len(p.output) for p in pairs), default=1)
+    # one oracle for every k: it indexes the stream of pairs, the same for all
+    oracle = SpanOracle() if set(names) & set(ORACLES) else None
     drafters: dict[tuple[str, int], PeerDrafter] = {}
     for name in names:
         for k in ks:
             try:
-                drafters[(name, k)] = make_drafter(name, k, n_ctx, static, corpus)
+                drafters[(name, k)] = make_drafter(name, k, n_ctx, static, corpus, oracle)
             except PeerUnavailable as e:
                 print(f"perf.grounded: skipping {name}: {e}", file=sys.stderr)
                 break
@@ -186,6 +204,8 @@ def run(pairs: Sequence[Any], names: Sequence[str], ks: Sequence[int], cache: Pa
     t0 = time.perf_counter()
     for i, pair in enumerate(pairs):
         target = list(pair.prompt) + list(pair.output)
+        if oracle is not None:
+            oracle.add_pair(target)
         for (name, k), drafter in drafters.items():
             g = teacher_force(drafter, target, len(pair.prompt), k, name)
             totals.setdefault((pair.kind, name, k), Totals()).add(1, len(pair.output), g)
@@ -213,7 +233,7 @@ def run(pairs: Sequence[Any], names: Sequence[str], ks: Sequence[int], cache: Pa
 
 def best_peer(rows: Sequence[dict[str, Any]], kind: str, k: int | None = None) -> dict[str, Any] | None:
     """The peer row of ``kind`` (at draft length ``k``, or any) with the most tokens per step."""
-    peers = [r for r in rows if r["kind"] == kind and r["drafter"] not in LOOKUPDEC and k in (None, r["k"])]
+    peers = [r for r in rows if r["kind"] == kind and r["drafter"] not in LOOKUPDEC + ORACLES and k in (None, r["k"])]
     return max(peers, key=lambda r: r["tokens_per_step"], default=None)
 
 
@@ -258,14 +278,16 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
                 for r in rows
                 if r["kind"] == kind and r["drafter"] == name
             )
-            mine = name in LOOKUPDEC
+            mine, ceiling = name in LOOKUPDEC, name in ORACLES
             ax.plot(
                 [x[1] for x in pts],
                 [x[2] for x in pts],
-                marker="o" if mine else "s",
-                linestyle="-" if mine else "--",
+                marker="*" if ceiling else "o" if mine else "s",
+                linestyle=":" if ceiling else "-" if mine else "--",
                 linewidth=2.0 if mine else 1.0,
-                label=name,
+                label=f"{name} (ceiling)" if ceiling else name,
+                # the ceilings in greys, apart from the drafters' colour cycle
+                **({"color": "black" if name == "oracle" else "dimgray"} if ceiling else {}),
             )
             for k, w, t in pts:
                 ax.annotate(str(k), (w, t), fontsize=6, xytext=(2, 2), textcoords="offset points")
