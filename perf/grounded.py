@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ from perf import peers
 from perf._common import STATIC_FILE, data_dir
 from perf.bench_policy import read_tokens, static_index
 from perf.grounded_data import build_pairs, load_sample
-from perf.oracle import OracleDrafter, SpanOracle
+from perf.oracle import Judged, OracleDrafter, Shortfall, SpanOracle
 from perf.peers import Generation, PeerDrafter, PeerUnavailable, teacher_force
 
 DRAFTERS = (
@@ -123,12 +123,18 @@ class Totals:
     pairs: int = 0
     output_tokens: int = 0
     gen: Generation = field(default_factory=Generation)
+    shortfall: Shortfall | None = None
+    """Against the anchored ceiling, when ``run(judge=True)``."""
 
-    def add(self, pairs: int, n_output: int, g: Generation) -> None:
+    def add(self, pairs: int, n_output: int, g: Generation, shortfall: Shortfall | None = None) -> None:
         """Count ``pairs`` pairs of ``n_output`` output tokens in all, generated as ``g`` says."""
         self.pairs += pairs
         self.output_tokens += n_output
         self.gen.add(g)
+        if shortfall is not None:
+            if self.shortfall is None:
+                self.shortfall = Shortfall()
+            self.shortfall.add(shortfall)
 
     def row(self, kind: str, name: str, k: int) -> dict[str, Any]:
         """The table's row."""
@@ -146,6 +152,7 @@ class Totals:
             "tokens_per_step": self.output_tokens / steps,
             "wasted_per_step": (g.n_drafted - g.n_accept) / steps,
             "us_per_step": 1e6 * g.t_draft_s / steps,
+            **({} if self.shortfall is None else {"shortfall": asdict(self.shortfall)}),
         }
 
 
@@ -180,8 +187,13 @@ def make_drafter(
     raise ValueError(f"unknown drafter {name!r} (known: {', '.join(DRAFTERS)})")
 
 
-def run(pairs: Sequence[Any], names: Sequence[str], ks: Sequence[int], cache: Path) -> list[dict[str, Any]]:
-    """Every drafter at every ``k`` on ``pairs`` (``perf.grounded_data.Pair``), side by side pair by pair."""
+def run(
+    pairs: Sequence[Any], names: Sequence[str], ks: Sequence[int], cache: Path, judge: bool = False
+) -> list[dict[str, Any]]:
+    """Every drafter at every ``k`` on ``pairs`` (``perf.grounded_data.Pair``), side by side pair by pair.
+
+    ``judge``: also judge every drafter's steps against the anchored ceiling at the same
+    position (:class:`perf.oracle.Judged`; each row gets a ``shortfall``)."""
     corpus: list[int] = []
     static: Any = None
     if set(names) & set(STATIC_DRAFTERS):  # read and index the corpus only for those who use it
@@ -191,12 +203,15 @@ def run(pairs: Sequence[Any], names: Sequence[str], ks: Sequence[int], cache: Pa
         static = static_index(fast, corpus, cache / "enwiki.static.lkdc")
     n_ctx = max((len(p.prompt) + len(p.output) for p in pairs), default=1)
     # one oracle for every k: it indexes the stream of pairs, the same for all
-    oracle = SpanOracle() if set(names) & set(ORACLES) else None
+    oracle = SpanOracle() if judge or set(names) & set(ORACLES) else None
     drafters: dict[tuple[str, int], PeerDrafter] = {}
     for name in names:
         for k in ks:
             try:
-                drafters[(name, k)] = make_drafter(name, k, n_ctx, static, corpus, oracle)
+                drafter = make_drafter(name, k, n_ctx, static, corpus, oracle)
+                if judge and oracle is not None and name not in ORACLES:
+                    drafter = Judged(drafter, oracle, k)
+                drafters[(name, k)] = drafter
             except PeerUnavailable as e:
                 print(f"perf.grounded: skipping {name}: {e}", file=sys.stderr)
                 break
@@ -208,7 +223,8 @@ def run(pairs: Sequence[Any], names: Sequence[str], ks: Sequence[int], cache: Pa
             oracle.add_pair(target)
         for (name, k), drafter in drafters.items():
             g = teacher_force(drafter, target, len(pair.prompt), k, name)
-            totals.setdefault((pair.kind, name, k), Totals()).add(1, len(pair.output), g)
+            judged = drafter.shortfall if isinstance(drafter, Judged) else None  # this pair's
+            totals.setdefault((pair.kind, name, k), Totals()).add(1, len(pair.output), g, judged)
         print(
             f"\rperf.grounded: {i + 1}/{len(pairs)} pairs ({time.perf_counter() - t0:.0f} s)",
             end="",
@@ -224,7 +240,7 @@ def run(pairs: Sequence[Any], names: Sequence[str], ks: Sequence[int], cache: Pa
                 t = Totals()
                 for kd in kinds:
                     part = totals[(kd, name, k)]
-                    t.add(part.pairs, part.output_tokens, part.gen)
+                    t.add(part.pairs, part.output_tokens, part.gen, part.shortfall)
             else:
                 t = totals[(kind, name, k)]
             rows.append(t.row(kind, name, k))
@@ -259,6 +275,18 @@ def print_table(rows: Sequence[dict[str, Any]]) -> None:
             print(
                 f"\nbest peer at any k: {best['drafter']} at k = {best['k']}, {best['tokens_per_step']:.4f} tokens/step"
             )
+        judged = [r for r in rows if r["kind"] == kind and "shortfall" in r]
+        if judged:
+            print(f"\n{kind}, each step against the anchored ceiling at its position (--judge):\n")
+            print("| drafter | k | steps | at the ceiling | drafted a wrong token (tokens below) | ", end="")
+            print("stopped short (tokens below) |")
+            print("|---|---|---|---|---|---|")
+            for r in judged:
+                f = r["shortfall"]
+                print(
+                    f"| {r['drafter']} | {r['k']} | {r['n_steps']:,} | {f['at_ceiling']:,} | "
+                    f"{f['wrong']:,} ({f['wrong_tokens']:,}) | {f['short']:,} ({f['short_tokens']:,}) |"
+                )
 
 
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
@@ -320,6 +348,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--cache-dir", metavar="DIR", help="where the static index is kept (default: a temp dir)")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--plot", metavar="PNG", help="also plot tokens/step against wasted/step per drafter")
+    p.add_argument(
+        "--judge",
+        action="store_true",
+        help="also judge each step against the anchored ceiling at its position: at it, below it by a wrong "
+        "token, or below it by stopping short (a table per kind; µs/step then include the judging)",
+    )
     p.add_argument("--from-json", metavar="PATH", help="print (and plot) stored rows instead of running")
     args = p.parse_args(argv)
     if args.from_json:
@@ -346,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="lookupdec-grounded-") as tmp:
         cache = Path(args.cache_dir or tmp)
         cache.mkdir(parents=True, exist_ok=True)
-        rows = run(pairs, names, ks, cache)
+        rows = run(pairs, names, ks, cache, judge=args.judge)
     print_table(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -27,6 +27,9 @@ so a query sees only the stream before the step's position, the future of the pa
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+from perf.peers import PeerDrafter
 
 
 class SpanOracle:
@@ -101,17 +104,17 @@ class OracleDrafter:
 
     def __init__(self, oracle: SpanOracle, k: int, anchored: bool) -> None:
         self.oracle, self.k, self.anchored = oracle, k, anchored
-        self._base = 0
+        self.base = 0
 
     def begin(self, prompt: list[int]) -> None:
         o = self.oracle
         if o.stream[o.pair_start : o.pair_start + len(prompt)] != prompt:
             raise ValueError("OracleDrafter: the request is not the pair the oracle was given (call add_pair first)")
-        self._base = o.pair_start
+        self.base = o.pair_start
 
     def propose(self, out: list[int]) -> list[int]:
         o = self.oracle
-        at = self._base + len(out)  # the stream position of the next token
+        at = self.base + len(out)  # the stream position of the next token
         ahead = o.stream[at : min(at + self.k, o.pair_end)]
         if not self.anchored:
             return ahead[: o.longest(ahead, at)]
@@ -123,3 +126,69 @@ class OracleDrafter:
 
     def end(self) -> None:
         """Nothing to close."""
+
+
+@dataclass
+class Shortfall:
+    """A drafter's steps judged against the anchored ceiling at the same position (:class:`Judged`).
+
+    Each step is one of: ``at_ceiling`` (accepted as many tokens as the ceiling drafts there, or
+    more), ``wrong`` (drafted a wrong token before reaching it) or ``short`` (stopped before it,
+    every drafted token right); ``wrong_tokens`` and ``short_tokens`` sum how far below the
+    ceiling those steps accepted.
+    """
+
+    at_ceiling: int = 0
+    wrong: int = 0
+    wrong_tokens: int = 0
+    short: int = 0
+    short_tokens: int = 0
+
+    def add(self, other: Shortfall) -> None:
+        """Add another drafter run's counts to these."""
+        for name in ("at_ceiling", "wrong", "wrong_tokens", "short", "short_tokens"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+class Judged:
+    """A :class:`perf.peers.PeerDrafter` that passes ``drafter``'s proposals on unchanged, judging
+    each against the anchored ceiling at its position (into ``shortfall``, the counts of the
+    current or last request).
+
+    The oracle must have been given the pair (``add_pair``) before the request begins; the
+    judging's cost counts in the step's time.
+    """
+
+    def __init__(self, drafter: PeerDrafter, oracle: SpanOracle, k: int) -> None:
+        self.drafter = drafter
+        self.ceiling = OracleDrafter(oracle, k, anchored=True)
+        self.shortfall = Shortfall()
+
+    def begin(self, prompt: list[int]) -> None:
+        self.ceiling.begin(prompt)
+        self.shortfall = Shortfall()
+        self.drafter.begin(prompt)
+
+    def propose(self, out: list[int]) -> list[int]:
+        proposal = self.drafter.propose(out)
+        best = len(self.ceiling.propose(out))
+        o = self.ceiling.oracle
+        at = self.ceiling.base + len(out)
+        truth = o.stream[at : min(at + len(proposal), o.pair_end)]  # shorter past the pair's end
+        accepted = next((i for i, (p, t) in enumerate(zip(proposal, truth, strict=False)) if p != t), len(truth))
+        s = self.shortfall
+        if accepted >= best:
+            s.at_ceiling += 1
+        elif accepted < len(proposal):
+            s.wrong += 1
+            s.wrong_tokens += best - accepted
+        else:
+            s.short += 1
+            s.short_tokens += best - accepted
+        return proposal
+
+    def observe(self, new_tokens: list[int]) -> None:
+        self.drafter.observe(new_tokens)
+
+    def end(self) -> None:
+        self.drafter.end()

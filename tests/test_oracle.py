@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perf import grounded
-from perf.oracle import OracleDrafter, SpanOracle
+from perf.oracle import Judged, OracleDrafter, Shortfall, SpanOracle
 from perf.peers import VllmNgram, teacher_force
 
 
@@ -114,3 +114,50 @@ def test_no_span_copier_takes_fewer_steps_than_the_oracle(tmp_path: Path) -> Non
     g = teacher_force(OracleDrafter(oracle, 8, False), pairs[0].prompt + pairs[0].output, 401, 8, "o")
     v = teacher_force(VllmNgram(2, 5, 8), pairs[0].prompt + pairs[0].output, 401, 8, "v")
     assert g.n_steps < v.n_steps
+
+
+class Scripted:
+    """Proposes fixed drafts, one per step."""
+
+    def __init__(self, drafts: list[list[int]]) -> None:
+        self.drafts = drafts
+
+    def begin(self, prompt: list[int]) -> None:
+        pass
+
+    def propose(self, out: list[int]) -> list[int]:
+        return self.drafts.pop(0) if self.drafts else []
+
+    def observe(self, new_tokens: list[int]) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+def test_judged_hand_worked() -> None:
+    # Prompt [7, 1, 2, 3, 4, 5, 6]; output [1, 2, 3, 4, 5, 6]; k = 4; the anchored ceiling:
+    # step 1 (last 6): (6, 1) never occurred: 0. Draft [1], accepted: at the ceiling; 2 sampled.
+    # step 2 (last 2): (2, 3, 4, 5, 6) occurred: 4. Draft [3, 9]: a wrong token, 1 accepted, 3 below.
+    # step 3 (last 4): (4, 5, 6): 2. Draft [5], accepted, then stopped: short by 1; 6 sampled, done.
+    prompt, output = [7, 1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6]
+    oracle = SpanOracle()
+    oracle.add_pair(prompt + output)
+    judged = Judged(Scripted([[1], [3, 9], [5]]), oracle, 4)
+    g = teacher_force(judged, prompt + output, len(prompt), 4, "scripted")
+    assert (g.n_steps, g.n_accept, g.n_drafted) == (3, 3, 4)  # the proposals went through unchanged
+    assert judged.shortfall == Shortfall(at_ceiling=1, wrong=1, wrong_tokens=3, short=1, short_tokens=1)
+
+
+def test_run_judges_every_step_of_every_drafter(tmp_path: Path) -> None:
+    docs = edited_copy(5)
+    pairs = [edited_copy(0), edited_copy(1), Pair("docs", docs.prompt, docs.output)]
+    rows = grounded.run(pairs, ["vllm25", "oracle/anchored"], [8], tmp_path, judge=True)
+    by = {(r["kind"], r["drafter"]): r for r in rows}
+    for kind in ("code", "docs", "all"):
+        assert "shortfall" not in by[(kind, "oracle/anchored")]  # the ceiling is not judged against itself
+        f = by[(kind, "vllm25")]["shortfall"]
+        assert f["at_ceiling"] + f["wrong"] + f["short"] == by[(kind, "vllm25")]["n_steps"]
+        assert f["wrong"] > 0  # the edits and the small vocabulary make it copy wrong spans
+    code, docs, every = (by[(kind, "vllm25")]["shortfall"] for kind in ("code", "docs", "all"))
+    assert every == {key: code[key] + docs[key] for key in every}
