@@ -37,6 +37,7 @@ engine's own cost), noisy on a shared machine.
     python -m perf grounded --sample                       # the pairs shipped in tests/data, seconds
     python -m perf grounded --work /work/grounded          # the whole set (downloads the sdists once)
     python -m perf grounded --work /work/grounded --k 8,16 --json results/grounded.json
+    python -m perf grounded --work /work/grounded --drafters hybrid,suffix --judge   # vs the ceiling
 """
 
 from __future__ import annotations

@@ -107,12 +107,14 @@ class OracleDrafter:
         self.base = 0
 
     def begin(self, prompt: list[int]) -> None:
+        """The request of the pair last given to the oracle starts (its prompt is checked)."""
         o = self.oracle
         if o.stream[o.pair_start : o.pair_start + len(prompt)] != prompt:
             raise ValueError("OracleDrafter: the request is not the pair the oracle was given (call add_pair first)")
         self.base = o.pair_start
 
     def propose(self, out: list[int]) -> list[int]:
+        """The longest prefix of the truth after ``out`` (at most ``k``) that the history holds."""
         o = self.oracle
         at = self.base + len(out)  # the stream position of the next token
         ahead = o.stream[at : min(at + self.k, o.pair_end)]
@@ -165,11 +167,13 @@ class Judged:
         self.shortfall = Shortfall()
 
     def begin(self, prompt: list[int]) -> None:
+        """Start the request in the ceiling and in the wrapped drafter; the counts start at zero."""
         self.ceiling.begin(prompt)
         self.shortfall = Shortfall()
         self.drafter.begin(prompt)
 
     def propose(self, out: list[int]) -> list[int]:
+        """The wrapped drafter's proposal, unchanged, after judging it."""
         proposal = self.drafter.propose(out)
         best = len(self.ceiling.propose(out))
         o = self.ceiling.oracle
@@ -188,7 +192,9 @@ class Judged:
         return proposal
 
     def observe(self, new_tokens: list[int]) -> None:
+        """Passed on to the wrapped drafter."""
         self.drafter.observe(new_tokens)
 
     def end(self) -> None:
+        """Passed on to the wrapped drafter."""
         self.drafter.end()
