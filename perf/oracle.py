@@ -27,7 +27,7 @@ so a query sees only the stream before the step's position, the future of the pa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from perf.peers import PeerDrafter
 
@@ -148,8 +148,8 @@ class Shortfall:
 
     def add(self, other: Shortfall) -> None:
         """Add another drafter run's counts to these."""
-        for name in ("at_ceiling", "wrong", "wrong_tokens", "short", "short_tokens"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 class Judged:
