@@ -442,6 +442,7 @@ class Request:
         "_matched",
         "_observing",
         "_proposal",
+        "_rule",
         "_step",
         "_tokens",
         "_tree",
@@ -458,6 +459,7 @@ class Request:
         self._context: Cache | None = host.cache()
         self._context.update(tokens, len(tokens))
         self._proposal: list[int] = []
+        self._rule = 0  # the proposal's first tokens that are llama.cpp's rule's (rule_tokens)
         self._matched = -1  # proposal tokens confirmed so far; -1: no live proposal
         self._observing = False  # the hybrid policy awaits how much of the proposal was accepted
         self._step: Any = None  # the hybrid policy's bookkeeping of that proposal (HybridState.last_step)
@@ -523,15 +525,18 @@ class Request:
                 if t in stop:
                     del proposal[i:]
                     break
+        rule = len(proposal)
         if observing:
             if len(proposal) < drafted_len:
                 state.truncate(len(proposal))
+            rule = state.last_llama if proposal else 0
             if proposal:
                 self._observing = True
                 self._step = state.last_step()  # other requests may propose before the verdict
             else:
                 state.observe(0)  # nothing to verify: the step is over
         self._proposal = proposal
+        self._rule = rule
         self._tree = None
         self._matched = 0
         self.n_drafted += len(proposal)
@@ -585,6 +590,7 @@ class Request:
             else:
                 state.observe(0)  # nothing to verify: the step is over
         self._proposal = tree[0] if tree else []
+        self._rule = state.last_llama if tree else 0
         self._tree = tree if tree else None  # nothing drafted: extend treats it as an empty proposal
         self._matched = 0
         nodes = tree_nodes(tree)
@@ -593,6 +599,52 @@ class Request:
         tally.proposals += 1
         tally.n_drafted += nodes
         return [list(b) for b in tree]  # copies: the request keeps its own
+
+    @property
+    def rule_tokens(self) -> int:
+        """How many of the last proposal's first tokens llama.cpp's rule drafted.
+
+        All of them with the llama policy. With the hybrid policy, the tokens of llama.cpp's
+        draft it kept (0 when the proposal is its suffix match alone); the rest continue them
+        from the suffix match. An engine adapter that learns acceptance apart by source reads it
+        (:class:`lookupdec.adapters.DraftLength`).
+        """
+        return self._rule
+
+    def trim(self, n: int) -> None:
+        """Send only the first ``n`` tokens of the last proposal to the model (call it before :meth:`extend`).
+
+        The tokens cut count as never proposed: not as drafted, and the hybrid policy does not
+        learn from them. For an engine that decides how much of a draft to verify after seeing
+        it (:class:`lookupdec.adapters.DraftLength` does). A tree proposal cannot be trimmed.
+        """
+        if self._context is None:
+            raise RequestClosedError("trim() on a request that has ended")
+        n = operator.index(n)
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        if self._tree is not None:
+            raise ValueError("trim() cuts a linear proposal: a propose_tree() proposal cannot be trimmed")
+        if self._matched != 0:
+            raise ValueError("trim() must come after propose() and before extend() confirms any of the proposal")
+        cut = len(self._proposal) - n
+        if cut <= 0:
+            return
+        self._proposal = self._proposal[:n]  # a new list: the caller's copy of the proposal stays as it was
+        self._rule = min(self._rule, n)
+        self.n_drafted -= cut
+        d = self._host
+        d.tally.n_drafted -= cut
+        state = d.hybrid
+        if state is not None and self._observing:
+            state.resume_step(self._step)  # other requests may have proposed since
+            state.truncate(n)
+            if n:
+                self._step = state.last_step()
+            else:
+                state.observe(0)  # nothing to verify: the step is over
+                self._observing = False
+                self._step = None
 
     def extend(self, ids: Iterable[int]) -> None:
         """Commit ``ids``: the accepted part of the last proposal and the model's own token(s).

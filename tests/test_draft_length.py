@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 import lookupdec
-from lookupdec.adapters import DraftLength, HistoryFollower
+from lookupdec.adapters import RULE, SUFFIX, DraftLength, HistoryFollower
 
 
 def best_by_brute_force(k: int, cost: Callable[[int], float], p: float) -> int:
@@ -50,7 +50,7 @@ def test_choice_maximizes_tokens_per_second(slope: float) -> None:
             rates.append(expected / cost(d + 1))
         want = max(range(k + 1), key=lambda d: (rates[d], -d))
         got = ctl.choose()
-        assert got == want or (want == 0 and got == 1 and ctl._idle == 0)
+        assert got == want or (want == 0 and got == 1 and ctl._idle[0] == 0)
         if slope == 0.0:
             assert got >= 1  # verification is free: draft whatever has been accepted
         if slope == 1.0:
@@ -168,3 +168,107 @@ def test_adaptive_never_slower_than_plain_greedy(monkeypatch: pytest.MonkeyPatch
     else:
         assert fixed > plain  # expensive verification: always drafting k loses
         assert adaptive <= 1.05 * plain  # the adaptive length does not lose (beyond exploring)
+
+
+def test_sources_are_learned_apart() -> None:
+    # llama.cpp's rule's drafts are accepted, the suffix match's alone rejected: on a steep
+    # curve the rule's are sent and the suffix match's cut to nothing (exploring aside).
+    ctl = DraftLength(4)
+    for n in range(1, 6):
+        ctl.observe_step(n, 1.0 + 0.57 * (n - 1))
+    for _ in range(100):
+        ctl.start()
+        ctl.observe_accept(4, 4, RULE)
+        ctl.start()
+        ctl.observe_accept(4, 0, SUFFIX)
+    ctl.start()
+    assert ctl.acceptance(RULE) == pytest.approx([1.0] * 4) and ctl.acceptance(SUFFIX)[0] < 0.01
+    assert ctl.choose() == 4
+    assert ctl.fit(4, RULE) == 4 and ctl.fit(3, RULE) == 3
+    fits = [ctl.fit(4, SUFFIX) for _ in range(8 + 16)]
+    assert fits == [0] * 7 + [1] + [0] * 15 + [1]  # explored as choose() explores: after 8, then 16
+
+
+def test_a_source_never_seen_asks_for_no_draft() -> None:
+    # The llama policy never drafts from the suffix match: its untried (optimistic) table must
+    # not make choose() ask for drafts the rule's own acceptance says do not pay.
+    ctl = DraftLength(4)
+    for n in range(1, 6):
+        ctl.observe_step(n, float(n))
+    for _ in range(100):
+        ctl.observe_accept(4, 0, RULE)
+    assert ctl.choose() == 0
+
+
+class SourcedRequest:
+    """A fake request: every other stretch of the text, "llama.cpp's rule" drafts it right;
+    elsewhere "the suffix match alone" drafts wrong tokens. ``pooled``: every draft reports
+    itself as the rule's (one acceptance for both, as before sources were learned apart)."""
+
+    def __init__(self, text: list[int], prompt: list[int], pooled: bool) -> None:
+        self.text = text
+        self.tokens = list(prompt)
+        self.pooled = pooled
+        self.proposal: list[int] = []
+        self.from_rule = False
+        self.sent: list[tuple[int, int]] = []  # (source, tokens sent) per non-empty draft
+
+    @property
+    def rule_tokens(self) -> int:
+        return len(self.proposal) if self.from_rule or self.pooled else 0
+
+    def propose(self, k: int, stop: object = ()) -> list[int]:
+        pos = len(self.tokens)
+        self.from_rule = (pos // 16) % 2 == 0
+        self.proposal = self.text[pos : pos + k] if self.from_rule else [10_000] * k
+        return list(self.proposal)
+
+    def trim(self, n: int) -> None:
+        self.proposal = self.proposal[:n]
+
+    def extend(self, ids: list[int]) -> None:
+        if self.proposal:
+            self.sent.append((RULE if self.from_rule else SUFFIX, len(self.proposal)))
+        self.proposal = []
+        self.tokens += ids
+
+    def end(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("by_source", [True, False])
+def test_drafts_of_a_source_that_pays_are_sent(monkeypatch: pytest.MonkeyPatch, by_source: bool) -> None:
+    """A simulated engine where a draft of 4 costs 3.3 steps: the rule's drafts pay, the suffix match's never."""
+    import lookupdec.adapters as adapters
+
+    clock = Clock()
+    monkeypatch.setattr(adapters, "time", SimpleNamespace(perf_counter=clock))
+    text = list(range(2000))
+    requests: list[SourcedRequest] = []
+
+    class Drafter:
+        def request(self, prompt: list[int]) -> SourcedRequest:
+            requests.append(SourcedRequest(text, prompt, pooled=not by_source))
+            return requests[-1]
+
+    follower = HistoryFollower(Drafter(), adaptive=DraftLength(4))
+    history = text[:10]
+    steps = 0
+    while len(history) < 1600:
+        draft = follower.propose(history, 4)
+        clock.now += 1.0 + 0.57 * len(draft)
+        steps += 1
+        n = 0
+        while n < len(draft) and draft[n] == text[len(history) + n]:
+            n += 1
+        history = history + text[len(history) : len(history) + n + 1]
+    follower.end(history)
+    plain = len(history) - 10
+    suffix_sent = sum(n for s, n in requests[0].sent if s == SUFFIX)
+    if by_source:
+        # the rule's drafts are sent (16 tokens in about 3.2 steps of 3.3), the suffix match's
+        # only when exploring: about (10.5 + 16) / 32 of plain greedy's time at best
+        assert clock.now < 0.85 * plain
+        assert suffix_sent < 0.05 * steps
+    else:
+        assert clock.now > 0.9 * plain  # pooled, half the drafts fail: drafting cannot pay

@@ -347,6 +347,113 @@ class DrafterTests(ImplTests):
         cut, short = run(True), run(False)
         assert cut.threshold == short.threshold
 
+    def test_trim_is_a_shorter_proposal(self) -> None:
+        # llama.cpp's rule drafts token by token: a proposal of 8 trimmed to n is the proposal
+        # of n, and the request's counts and later proposals are those of asking for n.
+        text, corpus = demo_tokens()
+        static = self.impl.build_static(corpus)
+
+        def run(trimmed: bool) -> tuple[Any, list[list[int]]]:
+            drafter = self.impl.Drafter(static=static, n_draft=8)
+            sent: list[list[int]] = []
+            with drafter.request(text[:1]) as req:
+                for i in range(400):
+                    n = i % 4  # 0..3 tokens sent
+                    if trimmed:
+                        full = req.propose()
+                        req.trim(n)
+                        proposal = full[:n]
+                    else:
+                        proposal = req.propose(n)
+                    sent.append(proposal)
+                    pos = len(req.tokens)
+                    ok = 0
+                    while ok < len(proposal) and text[pos + ok] == proposal[ok]:
+                        ok += 1
+                    req.extend(text[pos : pos + ok + 1])
+                counts = (req.n_drafted, req.n_accept)
+            return (counts, drafter.stats), sent
+
+        (short, short_sent), (cut, cut_sent) = run(False), run(True)
+        assert sum(map(len, short_sent)) > 50  # the rule drafted
+        assert cut_sent == short_sent and cut == short
+
+    def test_trim_bad_use(self) -> None:
+        drafter = self.impl.Drafter(n_draft=4)
+        req = drafter.request([1, 2, 3, 1, 2, 3, 1, 2])
+        proposal = req.propose()
+        assert proposal
+        with pytest.raises(ValueError, match="n must be >= 0"):
+            req.trim(-1)
+        req.trim(len(proposal) + 3)  # longer than the proposal: nothing to cut
+        assert req.n_drafted == len(proposal)
+        req.extend(proposal[:1])
+        with pytest.raises(ValueError, match="before extend"):
+            req.trim(0)
+        req.end()
+        with pytest.raises(RequestClosedError):
+            req.trim(0)
+
+    def test_rule_tokens_are_llama_cpps_part(self) -> None:
+        # In lockstep over the same text (so the same caches), the hybrid proposal's first
+        # rule_tokens tokens are llama.cpp's rule's own: never more than the prefix it shares
+        # with the llama policy's proposal, none where that drafted nothing.
+        text, corpus = demo_tokens()
+        static = self.impl.build_static(corpus)
+        llama = self.impl.Drafter(static=static, n_draft=6)
+        hybrid = self.impl.Drafter(static=static, n_draft=6, policy="hybrid")
+        kinds = {"rule": 0, "suffix alone": 0}
+        for c in range(3):
+            chunk = text[c * N_CTX : (c + 1) * N_CTX]
+            with llama.request(chunk[:1]) as lr, hybrid.request(chunk[:1]) as hr:
+                while len(hr.tokens) < N_CTX - 8:
+                    lp, hp = lr.propose(), hr.propose()
+                    assert lr.rule_tokens == len(lp)
+                    shared = 0
+                    while shared < min(len(lp), len(hp)) and lp[shared] == hp[shared]:
+                        shared += 1
+                    assert 0 <= hr.rule_tokens <= shared
+                    if hr.rule_tokens:
+                        kinds["rule"] += 1
+                    elif hp:
+                        kinds["suffix alone"] += 1
+                    pos = len(hr.tokens)
+                    ok = 0
+                    while ok < len(hp) and chunk[pos + ok] == hp[ok]:
+                        ok += 1
+                    lr.extend(chunk[pos : pos + ok + 1])  # the same tokens: the caches stay the same
+                    hr.extend(chunk[pos : pos + ok + 1])
+        assert kinds["rule"] > 10 and kinds["suffix alone"] > 10
+
+    def test_hybrid_trim_is_observed_as_a_cut_proposal(self) -> None:
+        # As a cut by stop ids: the policy learns only from the tokens the engine saw.
+        def run(trim: int | None) -> Any:
+            drafter = self.impl.Drafter(policy="hybrid", n_draft=6)
+            with drafter.request([5, 6, 7, 8, 9, 1, 2, 3]):
+                pass
+            with drafter.request([4, 5, 6]) as req:
+                if trim is None:
+                    proposal = req.propose(2)
+                else:
+                    proposal = req.propose()
+                    assert len(proposal) > 2
+                    req.trim(trim)
+                    proposal = proposal[:trim]
+                req.extend([*proposal[:1], 0])
+                assert req.n_drafted == len(proposal)
+                follow = req.propose()
+            return drafter.policy_state.threshold, follow
+
+        assert run(2) == run(None)
+        nothing_sent = self.impl.Drafter(policy="hybrid", n_draft=6)
+        with nothing_sent.request([5, 6, 7, 8, 9, 1, 2, 3]):
+            pass
+        with nothing_sent.request([4, 5, 6]) as req:
+            assert req.propose()
+            req.trim(0)  # the step is over: the policy observed an empty proposal
+            req.extend([7])
+            assert req.n_drafted == 0 and req.propose() is not None
+
 
 class TestDrafterReference(ReferenceImpl, DrafterTests):
     pass

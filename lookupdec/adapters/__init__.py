@@ -16,6 +16,14 @@ from typing import Any
 
 STREAKS = 3
 """:class:`DraftLength` learns acceptance apart after 0, 1, and 2 or more drafts accepted whole in a row."""
+SOURCES = 2
+""":class:`DraftLength` learns acceptance apart by where a draft's first token comes from:
+:data:`RULE` or :data:`SUFFIX`."""
+RULE = 0
+"""A draft that begins with llama.cpp's rule's tokens: every draft of the llama policy, and the hybrid
+policy's drafts that keep llama.cpp's (see :attr:`lookupdec.Request.rule_tokens`)."""
+SUFFIX = 1
+"""A draft of the hybrid policy's suffix match alone (llama.cpp's rule drafted nothing there, or was replaced)."""
 
 
 class DraftLength:
@@ -39,6 +47,13 @@ class DraftLength:
     other way round. (Measured with ``python -m perf speedup --texts wikitext,code,edits``: with
     one table, the edits drafted half of what a fixed length did.)
 
+    Acceptance is also learned apart by the draft's source (:data:`SOURCES`): a draft of the
+    hybrid policy that begins with llama.cpp's rule's tokens is accepted far more often than one
+    of its suffix match alone, so one acceptance for both would draft neither where verification
+    is dear. The adapter asks :meth:`choose` for the longest draft any source may pay for,
+    proposes it, then cuts it to :meth:`fit` for the source it came from. (Measured with SmolLM2
+    in llama-cpp-python, where verifying 2 tokens costs 1.57 single steps: see docs/speedup.md.)
+
     Until a cost is measured it is taken as the nearest measured one (optimistic, so that long
     drafts are tried and measured); the acceptance starts at 1 for the same reason. A draft must
     promise ``margin`` more tokens per second than none. One controller can serve every
@@ -61,12 +76,19 @@ class DraftLength:
         self._cost = [0.0] * (k + 2)
         self._cost_w = [0.0] * (k + 2)
         # decayed counts by draft position (index i: the i-th drafted token, 1-based), one table
-        # per streak: the drafts accepted whole in a row just before (at most STREAKS - 1)
-        self._accepted = [[1.0] * (k + 1) for _ in range(STREAKS)]
-        self._tried = [[1.0] * (k + 1) for _ in range(STREAKS)]
+        # per source and streak (the drafts accepted whole in a row just before, at most STREAKS - 1)
+        self._accepted = [[[1.0] * (k + 1) for _ in range(STREAKS)] for _ in range(SOURCES)]
+        self._tried = [[[1.0] * (k + 1) for _ in range(STREAKS)] for _ in range(SOURCES)]
+        # the sources drafts came from so far: a source the drafter never uses (the llama
+        # policy's SUFFIX) must not make choose() ask for drafts on its untried optimism
+        self._seen = [True] + [False] * (SOURCES - 1)
         self._streak = 0
-        self._idle = 0
-        self._patience = explore
+        # steps without a draft, and the steps to wait before exploring: index 0 for choose(),
+        # 1 + source for fit() (a source cut to nothing is explored too, or it would never be
+        # measured again)
+        self._idle = [0] * (SOURCES + 1)
+        self._patience = [explore] * (SOURCES + 1)
+        self._explored = False  # the last choose() was an exploring draft: fit() keeps it
 
     def observe_step(self, verified: int, seconds: float) -> None:
         """A step verified ``verified`` tokens (the draft and the model's own) in ``seconds``."""
@@ -77,15 +99,18 @@ class DraftLength:
         self._cost[verified] = self._cost[verified] * self.decay + seconds
         self._cost_w[verified] = self._cost_w[verified] * self.decay + 1.0
 
-    def observe_accept(self, drafted: int, accepted: int) -> None:
-        """``accepted`` of a draft's first ``drafted`` tokens were accepted (a step of the same generation)."""
+    def observe_accept(self, drafted: int, accepted: int, source: int = RULE) -> None:
+        """``accepted`` of a draft's first ``drafted`` tokens were accepted (a step of the same generation).
+
+        ``source``: where the draft came from (:data:`RULE` or :data:`SUFFIX`)."""
         if drafted <= 0:
             self._streak = 0
             return
+        self._seen[source] = True
         d = self.decay
         s = self._streak
-        tried = self._tried[s]
-        ok = self._accepted[s]
+        tried = self._tried[source][s]
+        ok = self._accepted[source][s]
         for i in range(1, min(drafted, self.k) + 1):
             tried[i] = tried[i] * d + 1.0
             ok[i] = ok[i] * d + (1.0 if i <= accepted else 0.0)
@@ -95,10 +120,10 @@ class DraftLength:
         """A new generation begins: its first draft follows no accepted one."""
         self._streak = 0
 
-    def acceptance(self) -> list[float]:
-        """The learned acceptance of the 1st..k-th drafted token (given the ones before), for the next draft."""
-        ok = self._accepted[self._streak]
-        tried = self._tried[self._streak]
+    def acceptance(self, source: int = RULE) -> list[float]:
+        """The learned acceptance of the 1st..k-th drafted token (given the ones before), next from ``source``."""
+        ok = self._accepted[source][self._streak]
+        tried = self._tried[source][self._streak]
         return [ok[i] / tried[i] for i in range(1, self.k + 1)]
 
     def costs(self) -> list[float]:
@@ -125,10 +150,9 @@ class DraftLength:
                 out.append(lo_c if hi_n == lo_n else lo_c + (hi_c - lo_c) * (n - lo_n) / (hi_n - lo_n))
         return out
 
-    def choose(self) -> int:
-        """The draft length to ask for now (0..k)."""
-        costs = self.costs()
-        accept = self.acceptance()
+    def _best(self, costs: list[float], source: int) -> int:
+        """The draft length that maximizes tokens per second for a draft from ``source`` (0: none)."""
+        accept = self.acceptance(source)
         best, best_rate = 0, (1.0 + self.margin) / costs[0]
         expected, run = 1.0, 1.0
         for d in range(1, self.k + 1):
@@ -137,18 +161,41 @@ class DraftLength:
             rate = expected / costs[d]
             if rate > best_rate:
                 best, best_rate = d, rate
-        if best == 0:
-            self._idle += 1
-            if self._idle >= self._patience:
-                # Explore one token; if that does not make drafting pay, wait twice as long next
-                # time (a text that never drafts well pays for a few exploring steps, not 1 in 8).
-                self._idle = 0
-                self._patience = min(2 * self._patience, 64 * self.explore)
-                return 1
-        else:
-            self._idle = 0
-            self._patience = self.explore
         return best
+
+    def choose(self) -> int:
+        """The draft length to ask for now (0..k): the longest that pays for a draft from any source seen so far.
+
+        Cut the draft to :meth:`fit` once its source is known."""
+        costs = self.costs()
+        best = max(self._best(costs, s) for s in range(SOURCES) if self._seen[s])
+        self._explored = self._explore(0, best)
+        return 1 if self._explored else best
+
+    def fit(self, drafted: int, source: int) -> int:
+        """How many of a draft's ``drafted`` tokens from ``source`` to send (after :meth:`choose`).
+
+        An exploring draft is sent whole; a source that does not pay now is explored with one
+        token as :meth:`choose` explores."""
+        if self._explored or drafted <= 0:
+            return drafted
+        best = min(drafted, self._best(self.costs(), source))
+        return 1 if self._explore(1 + source, best) else best
+
+    def _explore(self, slot: int, best: int) -> bool:
+        """Count a step whose best draft length was ``best`` in ``slot``; True: explore one token now."""
+        if best > 0:
+            self._idle[slot] = 0
+            self._patience[slot] = self.explore
+            return False
+        self._idle[slot] += 1
+        if self._idle[slot] < self._patience[slot]:
+            return False
+        # Explore one token; if that does not make drafting pay, wait twice as long next time
+        # (a text that never drafts well pays for a few exploring steps, not 1 in 8).
+        self._idle[slot] = 0
+        self._patience[slot] = min(2 * self._patience[slot], 64 * self.explore)
+        return True
 
 
 class HistoryFollower:
@@ -183,6 +230,7 @@ class HistoryFollower:
         self.adaptive = adaptive
         """The draft length's controller (None: always the ``k`` asked for)."""
         self._returned = 0.0  # when the last proposal was returned (perf_counter)
+        self._source = RULE  # where the last proposal came from (DraftLength's sources)
         drafter_vocab = getattr(drafter, "vocab_size", None)
         if vocab_size is not None and drafter_vocab is not None and drafter_vocab > vocab_size:
             raise ValueError(
@@ -221,11 +269,18 @@ class HistoryFollower:
         if ctl is not None:
             if last is not None and self.max_growth is not None:  # the same generation went on
                 ctl.observe_step(last, entered - self._returned)
-                ctl.observe_accept(last - 1, len(history) - known - 1)
+                ctl.observe_accept(last - 1, len(history) - known - 1, self._source)
             else:
                 ctl.start()
             k = min(k, ctl.choose())
         proposal: list[int] = req.propose(k, stop=stop)
+        if ctl is not None and proposal:
+            # the longest any source may pay for was drafted; cut it to what its own source pays for
+            self._source = RULE if req.rule_tokens > 0 else SUFFIX
+            n = ctl.fit(len(proposal), self._source)
+            if n < len(proposal):
+                req.trim(n)
+                proposal = proposal[:n]
         limit = self.vocab_size
         if limit is not None:
             for t in proposal:
@@ -249,4 +304,4 @@ class HistoryFollower:
         self.max_growth = None
 
 
-__all__ = ["DraftLength", "HistoryFollower"]
+__all__ = ["RULE", "SOURCES", "STREAKS", "SUFFIX", "DraftLength", "HistoryFollower"]

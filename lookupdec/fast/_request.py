@@ -52,8 +52,8 @@ class Request:
     """One generation: its tokens so far and its context cache. Made by ``Drafter.request``.
 
     The same API as ``lookupdec._lifecycle.Request`` (``tokens``, ``closed``, ``propose``,
-    ``extend``, ``end``, ``n_drafted``, ``n_accept``, a context manager), for the ``"llama"``
-    policy.
+    ``trim``, ``rule_tokens``, ``extend``, ``end``, ``n_drafted``, ``n_accept``, a context
+    manager), for the ``"llama"`` policy.
     """
 
     n_drafted: i64
@@ -131,6 +131,27 @@ class Request:
         tally.proposals += 1
         tally.n_drafted += drafted
         return proposal
+
+    @property
+    def rule_tokens(self) -> int:
+        """How many of the last proposal's first tokens llama.cpp's rule drafted: all of them here."""
+        return len(self._proposal)
+
+    def trim(self, n: int) -> None:
+        """Send only the first ``n`` tokens of the last proposal (as ``lookupdec._lifecycle.Request.trim``)."""
+        if self._context is None:
+            raise RequestClosedError("trim() on a request that has ended")
+        keep: i64 = operator.index(n)
+        if keep < 0:
+            raise ValueError(f"n must be >= 0, got {keep}")
+        if self._matched != 0:
+            raise ValueError("trim() must come after propose() and before extend() confirms any of the proposal")
+        cut: i64 = len(self._proposal) - keep
+        if cut <= 0:
+            return
+        self._proposal = self._proposal[:keep]  # a new list: the caller's copy of the proposal stays as it was
+        self.n_drafted -= cut
+        self._tally.n_drafted -= cut
 
     def propose_tree(self, k: int | None = None, branches: int = 3, stop: Collection[int] = ()) -> list[list[int]]:
         """Tree drafts are the hybrid policy's (``lookupdec._lifecycle.Request.propose_tree``): ValueError here."""
