@@ -215,7 +215,9 @@ class HistoryFollower:
 
     ``adaptive`` (a :class:`DraftLength`, or None for always ``k``): the draft length is chosen
     from the wall time between calls (the engine's step, by the tokens it verified) and the
-    acceptance seen in the histories.
+    acceptance seen in the histories, per source of the draft: the drafter proposes the longest
+    any source may pay for, and the proposal is cut (``Request.trim``) to what its own source
+    (``Request.rule_tokens``) pays for.
     """
 
     def __init__(self, drafter: Any, vocab_size: int | None = None, adaptive: DraftLength | None = None) -> None:
