@@ -89,6 +89,7 @@ class DraftLength:
         self._idle = [0] * (SOURCES + 1)
         self._patience = [explore] * (SOURCES + 1)
         self._explored = False  # the last choose() was an exploring draft: fit() keeps it
+        self._chosen_costs = [1.0] * (k + 1)  # the costs choose() used: fit() comes in the same step
 
     def observe_step(self, verified: int, seconds: float) -> None:
         """A step verified ``verified`` tokens (the draft and the model's own) in ``seconds``."""
@@ -167,7 +168,7 @@ class DraftLength:
         """The draft length to ask for now (0..k): the longest that pays for a draft from any source seen so far.
 
         Cut the draft to :meth:`fit` once its source is known."""
-        costs = self.costs()
+        costs = self._chosen_costs = self.costs()
         best = max(self._best(costs, s) for s in range(SOURCES) if self._seen[s])
         self._explored = self._explore(0, best)
         return 1 if self._explored else best
@@ -179,7 +180,7 @@ class DraftLength:
         token as :meth:`choose` explores."""
         if self._explored or drafted <= 0:
             return drafted
-        best = min(drafted, self._best(self.costs(), source))
+        best = min(drafted, self._best(self._chosen_costs, source))
         return 1 if self._explore(1 + source, best) else best
 
     def _explore(self, slot: int, best: int) -> bool:
