@@ -425,34 +425,30 @@ class DrafterTests(ImplTests):
                     hr.extend(chunk[pos : pos + ok + 1])
         assert kinds["rule"] > 10 and kinds["suffix alone"] > 10
 
-    def test_hybrid_trim_is_observed_as_a_cut_proposal(self) -> None:
-        # As a cut by stop ids: the policy learns only from the tokens the engine saw.
-        def run(trim: int | None) -> Any:
+    @pytest.mark.parametrize("n", [0, 2])
+    def test_hybrid_trim_is_observed_as_a_cut_proposal(self, n: int) -> None:
+        # As a cut by stop ids: the policy learns only from the tokens the engine saw, so its
+        # state (the threshold, the next proposal) is that of a proposal asked for with k = n;
+        # trim(0) ends the step as an empty proposal does.
+        def run(trimmed: bool) -> Any:
             drafter = self.impl.Drafter(policy="hybrid", n_draft=6)
             with drafter.request([5, 6, 7, 8, 9, 1, 2, 3]):
                 pass
             with drafter.request([4, 5, 6]) as req:
-                if trim is None:
-                    proposal = req.propose(2)
-                else:
+                if trimmed:
                     proposal = req.propose()
                     assert len(proposal) > 2
-                    req.trim(trim)
-                    proposal = proposal[:trim]
+                    req.trim(n)
+                    proposal = proposal[:n]
+                else:
+                    proposal = req.propose(n)
                 req.extend([*proposal[:1], 0])
-                assert req.n_drafted == len(proposal)
+                drafted = req.n_drafted
                 follow = req.propose()
-            return drafter.policy_state.threshold, follow
+            return drafted, drafter.policy_state.threshold, follow
 
-        assert run(2) == run(None)
-        nothing_sent = self.impl.Drafter(policy="hybrid", n_draft=6)
-        with nothing_sent.request([5, 6, 7, 8, 9, 1, 2, 3]):
-            pass
-        with nothing_sent.request([4, 5, 6]) as req:
-            assert req.propose()
-            req.trim(0)  # the step is over: the policy observed an empty proposal
-            req.extend([7])
-            assert req.n_drafted == 0 and req.propose() is not None
+        assert run(True) == run(False)
+        assert run(True)[0] == n
 
 
 class TestDrafterReference(ReferenceImpl, DrafterTests):
