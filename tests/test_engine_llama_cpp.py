@@ -152,11 +152,18 @@ def smollm2_prompts(llm: Any) -> list[list[int]]:
     return [ids for _, ids in llama_cpp_task_prompts(llm)]
 
 
-def test_smollm2_output_identical_on_every_prompt(llama_cpp: Any, smollm2: Path) -> None:
+@pytest.fixture(scope="module")
+def smollm2_plain(llama_cpp: Any, smollm2: Path) -> tuple[list[list[int]], list[list[int]]]:
+    """SmolLM2's task prompts and its plain greedy output for each (64 tokens), made once."""
     plain_llm = load(llama_cpp, smollm2)
     prompts = smollm2_prompts(plain_llm)
-    plain = [greedy(plain_llm, p, 64) for p in prompts]
-    del plain_llm
+    return prompts, [greedy(plain_llm, p, 64) for p in prompts]
+
+
+def test_smollm2_output_identical_on_every_prompt(
+    llama_cpp: Any, smollm2: Path, smollm2_plain: tuple[list[list[int]], list[list[int]]]
+) -> None:
+    prompts, plain = smollm2_plain
     drafter = lookupdec.Drafter(n_draft=8, policy="hybrid")
     llm = load(llama_cpp, smollm2)
     draft_model = llm.draft_model = LookupDraftModel(
@@ -166,6 +173,42 @@ def test_smollm2_output_identical_on_every_prompt(llama_cpp: Any, smollm2: Path)
         assert list(draft_model.generate(llm, prompt, max_tokens=64, temp=0.0, top_k=1)) == want
     assert drafter.stats.requests == len(prompts) and drafter.open_requests == 0
     assert drafter.stats.n_accept > 20  # the rename and continue prompts copy long spans
+
+
+def test_smollm2_adaptive_length_output_identical_and_what_was_sent_counted(
+    llama_cpp: Any,
+    smollm2: Path,
+    smollm2_plain: tuple[list[list[int]], list[list[int]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The adaptive length (the default) in the real engine: drafts cut to their source's length
+    (``Request.trim``) leave the output plain greedy's, and the drafter counts as drafted exactly
+    the tokens the engine was sent."""
+    from lookupdec._lifecycle import Request
+    from perf.speedup import Timed
+
+    trims: list[int] = []
+    real_trim = Request.trim
+
+    def spy(self: Request, n: int) -> None:
+        trims.append(n)
+        real_trim(self, n)
+
+    monkeypatch.setattr(Request, "trim", spy)
+    prompts, plain = smollm2_plain
+    drafter = lookupdec.Drafter(n_draft=8, policy="hybrid")
+    llm = load(llama_cpp, smollm2)
+    draft_model = LookupDraftModel(drafter, stop=(llm.token_eos(),), n_vocab=llm.n_vocab())
+    sent = Timed(draft_model)  # counts the tokens each call hands the engine
+    llm.draft_model = sent
+    for prompt, want in zip(prompts, plain, strict=True):
+        got = greedy(llm, prompt, 64)  # Llama.generate drafts through llm.draft_model
+        draft_model.end(prompt + got)
+        assert got == want
+    # verifying 2 tokens costs about 1.6 single steps here: some drafts are cut
+    assert trims, "the adaptive length cut no draft: Request.trim was not exercised"
+    assert drafter.stats.n_drafted == sent.drafted
+    assert drafter.stats.n_accept > 0
 
 
 def test_smollm2_verification_is_batch_invariant_on_one_thread(llama_cpp: Any, smollm2: Path) -> None:
