@@ -740,8 +740,8 @@ def test_stats_policy_hybrid(capsys: pytest.CaptureFixture[str], files: dict[str
 
 @pytest.mark.parametrize("impl", ["reference", "fast"])
 def test_stats_corpus_in_history(capsys: pytest.CaptureFixture[str], files: dict[str, str], impl: str) -> None:
-    # --corpus puts the corpus into the hybrid history first, as one earlier request: the
-    # replay's counts are those of replay(..., policy="hybrid", history=...) holding it
+    # --corpus puts the corpus into the hybrid history: the replay's counts are those of
+    # replay(..., policy="hybrid", history=...) holding it
     code, out, err = run(
         capsys, "stats", files["replay"], "-c", "512", "--json", "--policy", "hybrid", "--impl", impl,
         "--corpus", files["corpus"],
@@ -751,8 +751,7 @@ def test_stats_corpus_in_history(capsys: pytest.CaptureFixture[str], files: dict
     m = lookupdec.implementation(impl)
     corpus = np.fromfile(files["corpus"], dtype="<i4").tolist()
     history = m.SuffixHistory()
-    history.add_separator()
-    history.extend(corpus)
+    history.add_corpus(corpus)
     tokens = np.fromfile(files["replay"], dtype="<i4").tolist()
     want = m.replay(tokens, 512, 8, None, None, None, "hybrid", history)
     without = m.replay(tokens, 512, 8, None, None, None, "hybrid")

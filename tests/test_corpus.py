@@ -18,6 +18,7 @@ import lookupdec.reference as ref
 from lookupdec.errors import CacheFormatError, VocabularyError
 from lookupdec.formats.corpus import read_corpus_header, read_corpus_ids
 from lookupdec.reference.history import CORPUS_BASE
+from lookupdec.reference.hybrid import source_class
 from tests.conftest import DATA, fast_impl
 from tests.test_cli import assert_clean_error, run, write_bin
 from tests.test_hybrid import demo, lockstep
@@ -127,20 +128,16 @@ def test_empty_and_separator_only_corpora(tmp_path: Path) -> None:
 
 
 def test_replay_counts_identical_mapped_in_memory_and_reference(tmp_path: Path) -> None:
-    """The same counts from the file (mapped), the ids (in memory), the links (the corpus as an
-    earlier request) and the reference reading the file."""
+    """The same counts from the file (mapped), the ids (in memory) and the reference reading the
+    file or given the ids."""
     fast = fast_impl()
     tokens = demo("wiki.test.demo.llama3.bin", 9000)
     corpus = demo("enwiki_wt.demo.llama3.bin", 60000)
     path = corpus_file(tmp_path, corpus)
     results = []
-    for impl, how in ((fast, "file"), (fast, "ids"), (fast, "links"), (ref, "file")):
+    for impl, how in ((fast, "file"), (fast, "ids"), (ref, "file"), (ref, "ids")):
         h = impl.SuffixHistory()
-        if how == "links":
-            h.add_separator()
-            h.extend(corpus)
-        else:
-            h.add_corpus(str(path) if how == "file" else corpus)
+        h.add_corpus(str(path) if how == "file" else corpus)
         r = impl.replay(tokens, 2048, 8, impl.build_static(corpus[:20000]), None, None, "hybrid", h)
         results.append((r.n_steps, r.n_accept, r.n_drafted))
     assert len(set(results)) == 1, results
@@ -174,29 +171,22 @@ AFTER = [7, 1, 7, 2, 7, 1, 7, 3]
 
 
 def corpus_forms(tmp_path: Path, ids: list[int]) -> list[tuple[Any, str, Any]]:
-    """(implementation, form, corpus): the file mapped and in memory, the ids, and (form "links")
-    the ids as an earlier request of the history, as main's perf policy --corpus-history held them."""
+    """(implementation, form, corpus): the file mapped and in memory, and the ids."""
     fast = fast_impl()
     path = corpus_file(tmp_path, ids)
     return [
         (fast, "mapped", str(path)),
         (fast, "loaded", fast.CorpusIndex.open(path, in_memory=True)),
         (fast, "ids", ids),
-        (fast, "links", ids),
         (ref, "file", str(path)),
         (ref, "ids", ids),
-        (ref, "links", ids),
     ]
 
 
 def history_with(impl: Any, form: str, corpus: Any) -> Any:
     """A history holding ``corpus`` in the given form (see :func:`corpus_forms`)."""
     h = impl.SuffixHistory()
-    if form == "links":
-        h.add_separator()
-        h.extend(corpus)
-    else:
-        h.add_corpus(corpus)
+    h.add_corpus(corpus)
     return h
 
 
@@ -243,6 +233,56 @@ def test_requests_occurrences_come_before_the_corpus(tmp_path: Path) -> None:
         s.propose([4, 7, 2], 0, impl.NgramCache(), impl.NgramCache())
         s.begin_request()
         assert list(s.propose([5, 7], 1, impl.NgramCache(), impl.NgramCache())) == [2], (impl.__name__, form)
+
+
+# The bigram (6, 7) is followed by 9 at both its corpus occurrences.
+GIVE_WAY = [6, 7, 9, 1, 6, 7, 9]
+
+
+def test_corpus_bigram_gives_way_to_the_requests_token(tmp_path: Path) -> None:
+    """Hand-worked: the earlier requests had 7 (followed by 2, twice) but never (6, 7), so the
+    corpus's (6, 7) -> 9 is not followed: the one-token fallback's votes are 2 twice (the
+    requests') and 9 twice (the corpus's 7s), and the newest of the tied wins, 2. Requests that
+    never had 7 follow the corpus's bigram (9); requests that had (6, 7) too follow both."""
+    base = CORPUS_BASE
+    for earlier, want in (([[3, 7, 2], [4, 7, 2]], 2), ([[3, 8, 2]], 9), ([[6, 7, 5]], 9)):
+        h = ref.SuffixHistory()
+        h.add_corpus(GIVE_WAY)
+        for r in earlier:
+            h.add_separator()
+            h.extend(r)
+        h.add_separator()
+        found = h.candidates([], 32, [6, 7])
+        mine = [p for p, _ in found if p < base]
+        length = 1 if want == 2 else 2  # the one-token fallback, or the bigram
+        assert found == [(p, length) for p in mine] + [(base + 6, length), (base + 2, length)]
+        assert len(mine) == (2 if want == 2 else 1 if earlier[0][:2] == [6, 7] else 0)
+        for impl, form, corpus in corpus_forms(tmp_path, GIVE_WAY):
+            st_ = impl.HybridState(history_with(impl, form, corpus), 0.02, 32, 0)
+            for r in earlier:
+                st_.begin_request()
+                st_.propose(r, 0, impl.NgramCache(), impl.NgramCache())
+            st_.begin_request()
+            got = list(st_.propose([6, 7], 1, impl.NgramCache(), impl.NgramCache()))
+            assert got == [want], (impl.__name__, form, earlier)
+
+
+def test_corpus_tokens_have_their_own_source_class() -> None:
+    """A token drafted from the corpus alone is counted apart (source 2) from the requests'
+    (0 an earlier request, 1 the current one), so a corpus that fails stops being drafted."""
+    h = ref.SuffixHistory()
+    h.add_corpus([1, 2, 3, 4])
+    h.add_separator()
+    h.extend([5, 6, 7])
+    s = ref.HybridState(h, 0.02, 32, 0)
+    s.begin_request()
+    empty = ref.NgramCache()
+    assert s.propose([1, 2], 1, empty, empty) == [3]
+    assert [c[3] for c in s.last_step()[3]] == [2]
+    s.observe(0, [9])
+    assert s.propose([1, 2, 9, 5, 6], 1, empty, empty) == [7]
+    assert [c[3] for c in s.last_step()[3]] == [0]
+    assert [source_class(h, p) for p in (0, h.req_start - 1, h.req_start, CORPUS_BASE)] == [0, 0, 1, 2]
 
 
 @settings(max_examples=40, deadline=None)

@@ -285,12 +285,11 @@ class DrafterTests(ImplTests):
             self.impl.replay(text, N_CTX, 8, static, None, None, "hybrid", None, 1, -0.5)
 
     def test_hybrid_corpus_is_an_earlier_request(self) -> None:
-        # Drafter(corpus=...) equals a replay whose history starts with the corpus as one request.
+        # Drafter(corpus=...) equals a replay whose history holds the corpus.
         text, corpus = demo_tokens()
         static = self.static()
         history = self.impl.SuffixHistory()
-        history.add_separator()
-        history.extend(corpus[:20_000])
+        history.add_corpus(corpus[:20_000])
         expected = self.impl.replay(text, N_CTX, 8, static, None, None, "hybrid", history)
         plain = self.impl.replay(text, N_CTX, 8, static, None, None, "hybrid")
         drafter = self.impl.Drafter(static=static, policy="hybrid", corpus=corpus[:20_000])

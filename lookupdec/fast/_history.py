@@ -452,7 +452,8 @@ class SuffixHistory:
 
         The query is the stream followed by ``q`` (the tokens drafted so far). Fills
         ``cand_p``/``cand_len`` with up to ``max_candidates`` occurrences of its last bigram,
-        newest first (the requests', then the corpus's), and their match lengths; when there
+        newest first (the requests', then the corpus's, which join only where the requests have
+        the bigram or never had its last token), and their match lengths; when there
         were that many, then up to :data:`DEEP_CANDIDATES` older occurrences of its last
         trigram (newest first). If the bigram never occurred, up to :data:`UNIGRAM_CANDIDATES`
         occurrences of the last token alone, newest first (length 1).
@@ -506,7 +507,11 @@ class SuffixHistory:
                         best_len = length
                     p = i64(prev[p])
                 n_hist = n
-            if c is not None:
+            # The corpus's occurrences of the bigram join only where the requests have it too, or
+            # have never had its last token: where they know the token but not the bigram, their
+            # own occurrences of the token (the fallback below) predict better than a corpus that
+            # may be another kind of text (the same rule as the reference's candidates()).
+            if c is not None and (n_hist > 0 or self._ufind(b) < 0):
                 off = c._find(a, b)
                 if off >= 0:
                     found = True

@@ -27,8 +27,8 @@ N_LEN: Final[i64] = 33
 """Acceptance statistics are kept per effective match length 1..32 (match length + offset) ..."""
 N_CLASS: Final[i64] = 9
 """... per support class of the drafted token (see :func:`support_class`) ..."""
-N_CUR: Final[i64] = 2
-"""... per whether the newest followed occurrence with that token is in the current request ..."""
+N_CUR: Final[i64] = 3
+"""... per where the newest followed occurrence with that token is (see :func:`source_class`) ..."""
 N_STATIC: Final[i64] = 6
 """... per static class of the drafted token (see :func:`static_class`) ..."""
 N_KIND: Final[i64] = 2
@@ -86,6 +86,18 @@ def support_class(count: i64, n_active: i64) -> i64:
     if count >= 4:
         return 7
     return 8
+
+
+def source_class(req_start: i64, p: i64) -> i64:
+    """Where the occurrence at ``p`` is: 0 an earlier request, 1 the current request (from
+    ``req_start``), 2 the corpus (so corpus tokens that do not fit the text stop being drafted
+    without holding back the requests' own matches)."""
+    # if statements, not conditional expressions: mypyc boxes those on native ints (see replay_core)
+    if p >= CORPUS_BASE:
+        return 2
+    if p >= req_start:
+        return 1
+    return 0
 
 
 def static_class(st: StaticSource, a: i32, b: i32, t: i32) -> i64:
@@ -353,9 +365,7 @@ class HybridState:
                 break
             best_c = best_s >> 32
             best_f = M32 - (best_s & M32)
-            cur: i64 = 0  # whether the newest followed occurrence with it is this request's (the corpus is none)
-            if h.req_start <= act[best_f] < CORPUS_BASE:
-                cur = 1
+            cur = source_class(h.req_start, act[best_f])
             cell = stat_cell(best_c, n_act, best + k, static_class(st, b2, b1, best_t), kind, cur)
             prob = prob * self._estimate(cell)
             if prob < self.threshold:
@@ -713,9 +723,7 @@ class HybridState:
             f = picks[ri]
             c = counts[ri]
             r = nx0[f]
-            cur: i64 = 0  # an if statement, not a conditional expression: see replay_core
-            if h.req_start <= act0[f] < CORPUS_BASE:
-                cur = 1
+            cur = source_class(h.req_start, act0[f])
             p = prob * self._estimate(stat_cell(c, n0, best, static_class(st, b2, b1, r), kind, cur))
             if p < self.threshold:
                 continue
@@ -739,9 +747,7 @@ class HybridState:
                 if g < 0:
                     break
                 t = nx[g]
-                cur = 0
-                if h.req_start <= act[g] < CORPUS_BASE:
-                    cur = 1
+                cur = source_class(h.req_start, act[g])
                 p = p * self._estimate(stat_cell(cnt, n_act, best + k, static_class(st, a2, a1, t), kind, cur))
                 if p < self.threshold:
                     break

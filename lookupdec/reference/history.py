@@ -178,7 +178,9 @@ class SuffixHistory:
         :data:`DEEP_CANDIDATES` older occurrences of the last three tokens, newest first. If the
         last two tokens never occurred, up to :data:`UNIGRAM_CANDIDATES` newest occurrences of
         the last token alone, with length 1. "Newest first" puts the corpus's occurrences after
-        every request's (the corpus is the oldest part, as if it were the first request).
+        every request's (the corpus is the oldest part, as if it were the first request). The
+        corpus's occurrences of the last two tokens count only where the requests have them too
+        or never had the last token (else the one-token fallback follows the requests' own).
         """
 
         def query(j: int) -> int:
@@ -199,7 +201,13 @@ class SuffixHistory:
             return []
         # Newest first: the requests' occurrences, then the corpus's (older than every request).
         bigram = (before, last)
-        ordered = self._newest_first(self.positions.get(bigram, []), self.corpus_positions.get(bigram, []))
+        mine = self.positions.get(bigram, [])
+        # The corpus's occurrences of the bigram join only where the requests have the bigram too,
+        # or have never had its last token: where the requests know the token but not the
+        # bigram, their occurrences of the token (the one-token fallback below) predict better
+        # than a corpus that may be of another kind of text.
+        theirs = self.corpus_positions.get(bigram, []) if mine or last not in self.after else []
+        ordered = self._newest_first(mine, theirs)
         if before != SEP and ordered:
             newest = ordered[:max_candidates]
             found = [measure(p, 2) for p in newest]

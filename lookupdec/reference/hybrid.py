@@ -29,11 +29,12 @@ that position of a llama.cpp draft of this length.
    falls below :data:`THRESHOLD`. That probability is a running product: the chance that a
    llama.cpp draft of this length is accepted whole (when there is one), times, for each
    suffix token, the acceptance rate seen so far for suffix tokens of the same kind. The
-   kind is (support class, current request, effective match length): the class says whether
+   kind is (support class, source, effective match length): the class says whether
    the token had one occurrence behind it, won a tie, was unanimous among several, had a
    majority or only a plurality, and how many occurrences that was (:func:`support_class`);
-   the second whether the newest occurrence behind it is in the current request (after the
-   history's last separator; a corpus occurrence never is); the effective match length is the match length plus the
+   the source where the newest occurrence behind it is: an earlier request, the current
+   request (after the history's last separator) or the corpus (:func:`source_class`); the
+   effective match length is the match length plus the
    offset into the suffix part (a token drafted after ``k`` accepted ones extends the match
    by ``k``), capped at 32. Kinds are also split by the *static class* of the
    token (how the static index supports it after the two tokens before it:
@@ -70,8 +71,8 @@ N_LEN = 33
 """Acceptance statistics per effective match length 1..32 (match length + offset into the suffix part) ..."""
 N_CLASS = 9
 """... per support class of the drafted token (see :func:`support_class`) ..."""
-N_CUR = 2
-"""... per whether the newest followed occurrence with that token is in the current request ..."""
+N_CUR = 3
+"""... per where the newest followed occurrence with that token is (see :func:`source_class`) ..."""
 N_STATIC = 6
 """... per static class of the drafted token (see :func:`static_class`) ..."""
 N_KIND = 2
@@ -98,7 +99,7 @@ PRIOR_TRIED = 2.0
 DECAY_AT = 1 << 14
 """Counts of a statistic are halved (integer division) when its ``tried`` reaches this."""
 Cell = tuple[int, int, int, int, int]
-"""A suffix token's statistic: (kind, static class, support class, in the current request, effective match length)."""
+"""A suffix token's statistic: (kind, static class, support class, source, effective match length)."""
 LlamaCell = tuple[bool, int, int]
 """A llama.cpp token's statistic: (confirmed, its draft's length, position)."""
 Step = tuple[int, int, int, list[Cell], int]
@@ -119,6 +120,18 @@ def support_class(count: int, n_active: int) -> int:
     if 2 * count >= n_active:
         return 5 if count <= 3 else 6
     return 7 if count >= 4 else 8
+
+
+def source_class(history: SuffixHistory, p: int) -> int:
+    """Where the occurrence at ``p`` is: 0 an earlier request, 1 the current request, 2 the corpus.
+
+    Corpus tokens have acceptance counts of their own, so a corpus that does not fit the text
+    (an English corpus while the requests are code) stops being drafted without holding back
+    the requests' own matches.
+    """
+    if p >= CORPUS_BASE:
+        return 2
+    return int(p >= history.req_start)
 
 
 def static_class(static: PartSource, a: int, b: int, token: int) -> int:
@@ -279,7 +292,7 @@ class HybridState:
                 kind,
                 static_class(static, b2, b1, token),
                 support_class(top, len(active)),
-                int(self.history.req_start <= newest < CORPUS_BASE),  # the corpus is no request
+                source_class(self.history, newest),
                 min(best + k, N_LEN - 1),
             )
             prob = prob * _estimate(self.ok[cell], self.tried[cell])
@@ -535,8 +548,8 @@ class HybridState:
         for r in ranked[: branches - 1]:
             if len(tree) >= branches:
                 break
-            cur = int(h.req_start <= active[first[r]] < CORPUS_BASE)
             sclass = static_class(static, b2, b1, r)
+            cur = source_class(h, active[first[r]])
             cell = (kind, sclass, support_class(votes[r], len(active)), cur, min(best, N_LEN - 1))
             p = prob * _estimate(self.ok[cell], self.tried[cell])
             if p < self.threshold:
