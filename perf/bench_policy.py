@@ -5,7 +5,11 @@ Replays with llama-lookup-stats' loop (n_ctx 4096, n_draft 8) under each policy,
 - ``wikitext``: the WikiText-103 test split with the static index of ``enwiki_wt.10M`` (the
   set the hybrid policy's parameters were chosen on);
 - ``heldout``: the second half of ``enwiki_wt.10M`` replayed with a static index built from
-  the first half only (no overlap), to check that parameters chosen on WikiText carry over.
+  the first half only (no overlap), to check that parameters chosen on WikiText carry over;
+
+and, on request, ``code``: held-out Python (the new releases' files of ``perf grounded``'s code
+pairs, 8 packages from pinned sdists, built in ``--work``) with the ``enwiki_wt.10M`` static
+index and corpus, the case where the corpus is of another kind than the text.
 
 Counts are deterministic; times are noisy (shared machine), so every replay is repeated
 ``--repeats`` times with the policies interleaved, and the median µs per step is reported
@@ -17,6 +21,7 @@ llama.cpp times ``t_draft``).
     python -m perf policy --corpus-history   # adds "hybrid+corpus": the static corpus preloaded in the history
     python -m perf policy --sets wikitext --corpus-history --trees ../old,. --rounds 4   # two checkouts side by side
     python -m perf policy --sets wikitext --branches 2,3   # adds "hybrid/b2", "hybrid/b3": tree drafts
+    python -m perf policy --sets code --corpus-history --work /work/grounded   # held-out Python
 
 ``--corpus-history`` gives the hybrid policy the static index's corpus: a ``SuffixHistory``
 holding it (``add_corpus(ids)``: the corpus file's structure built in memory, the same drafts as
@@ -182,7 +187,13 @@ def summarize(trees: Sequence[str], results: dict[str, list[list[dict[str, Any]]
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m perf policy", description=__doc__.split("\n\n")[0])
-    p.add_argument("--sets", default="wikitext,heldout", help="comma-separated: wikitext, heldout")
+    p.add_argument("--sets", default="wikitext,heldout", help="comma-separated: wikitext, heldout, code")
+    p.add_argument(
+        "--work",
+        metavar="DIR",
+        default="results/grounded",
+        help="where the code set's sdists and pairs are kept (default: results/grounded; downloads 6 MB once)",
+    )
     p.add_argument("--repeats", type=int, default=3, help="replays per policy (interleaved); median time")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--cache-dir", metavar="DIR", help="where the static index files are kept (default: a temp dir)")
@@ -198,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.trees:
         trees = args.trees.split(",")
         cache = Path(args.cache_dir) if args.cache_dir else Path(tempfile.mkdtemp(prefix="lookupdec-policy-"))
-        inner = ["--sets", args.sets, "--repeats", str(args.repeats)]
+        inner = ["--sets", args.sets, "--repeats", str(args.repeats), "--work", str(Path(args.work).resolve())]
         if args.corpus_history:
             inner.append("--corpus-history")
         if args.branches:
@@ -233,6 +244,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             static = static_index(fast, corpus[:half], cache / "enwiki_wt.10M.first-half.lkdc")
             extra = corpus[:half] if args.corpus_history else None
             rows += run_set(fast, name, corpus[half:], static, args.repeats, extra, branches)
+        elif name == "code":
+            from perf.grounded_data import GroundedDataError, code_tokens
+
+            static = static_index(fast, corpus, cache / "enwiki_wt.10M.lkdc")
+            extra = corpus if args.corpus_history else None
+            try:
+                code = code_tokens(Path(args.work))
+            except GroundedDataError as e:
+                print(f"perf policy: the code set: {e}", file=sys.stderr)
+                return 2
+            rows += run_set(fast, name, code, static, args.repeats, extra, branches)
         else:
             p.error(f"unknown set {name!r}")
     print("| set | policy | tokens/step | vs llama | accepted | drafted | wasted/step | µs/step (median) |")

@@ -638,6 +638,19 @@ def build_pairs(
     return list(build_dataset(work, vocab, max_tokens, progress).pairs)
 
 
+def code_tokens(
+    work: Path, vocab: Path = DEFAULT_VOCAB, progress: bool = True, *, releases: Sequence[Release] = RELEASES
+) -> list[int]:
+    """The replay set ``code`` of ``perf policy`` and ``perf.peers``: the new release's file of
+    every ``code`` pair, concatenated in the dataset's order (no prompts: the text is replayed,
+    as WikiText is). Python written by people, from pinned sdists, none of it in the static
+    corpus: the held-out code on which an English corpus in the hybrid history must not hurt.
+    Builds (or reads) :func:`build_dataset`'s cache in ``work``.
+    """
+    data = build_dataset(work, vocab, DEFAULT_MAX_TOKENS, progress, releases=releases)
+    return [t for pair in data.pairs if pair.kind == "code" for t in pair.output]
+
+
 # --- the sample ----------------------------------------------------------------------------------
 
 

@@ -3,7 +3,8 @@
 The hybrid policy against the drafters other engines ship: this script replays
 the two sets of ``perf.bench_policy`` (``wikitext``: WikiText-103 test with the static index of
 ``enwiki_wt.10M``; ``heldout``: the second half of ``enwiki_wt.10M`` with the first half as the
-static corpus) with each peer, in exactly the loop of ``lookupdec.reference.replay`` (spec 8.2,
+static corpus; on request ``code``: held-out Python with the ``enwiki_wt.10M`` static corpus) with
+each peer, in exactly the loop of ``lookupdec.reference.replay`` (spec 8.2,
 llama-lookup-stats): the text is cut into ``n_ctx`` chunks while ``i_start + n_ctx < len``; each
 chunk is one request whose first token is given; every step drafts (up to ``k`` tokens), accepts
 the drafted tokens that equal the text (not past the chunk end), then appends the true next token
@@ -27,6 +28,7 @@ A peer whose package is not importable is skipped with a message.
 
     python -m perf.peers                                  # both sets, every peer
     python -m perf.peers --sets wikitext --peers hf,vllm --json results/peers.json
+    python -m perf.peers --sets code --peers suffix,suffix+corpus --work /work/grounded
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import numpy as np
 from lookupdec.result import ReplayResult
 from perf._common import N_CTX, N_DRAFT, REPLAY_FILE, STATIC_FILE, data_dir
 from perf.bench_policy import read_tokens, static_index
+from perf.grounded_data import GroundedDataError
 
 ProgressCallback = Callable[[int, int], None]
 """Called as ``progress(tokens_done, tokens_total)`` after every chunk."""
@@ -55,6 +58,12 @@ PEERS = ("llama", "hf", "vllm", "vllm25", "suffix", "suffix+corpus")
 EXTRA_PEERS = ("suffix4", "suffix4+corpus", "hf3")
 """Only on request: SuffixDecoding with ``max_spec_factor=4`` (a length factor of 4)."""
 SETS = ("wikitext", "heldout")
+"""The default ``--sets``."""
+CODE_SET = "code"
+"""Also on request: held-out Python (``perf.grounded_data.code_tokens``, built in ``--work``) with
+the ``enwiki_wt.10M`` static index and corpus, as ``wikitext`` has them."""
+DEFAULT_WORK = Path("results/grounded")
+"""Where the ``code`` set's sdists and tokenized pairs are kept (``perf grounded``'s ``--work``)."""
 # Large enough that an engine's own length limit never cuts a draft: the lookup-stats protocol
 # counts drafts past the chunk end, and a request's model context is not the chunk.
 NO_LIMIT = 1 << 30
@@ -341,15 +350,20 @@ class SuffixDecoding:
 # --- the sets -------------------------------------------------------------------------------
 
 
-def load_set(name: str, d: Path) -> tuple[list[int], list[int]]:
-    """``(replayed tokens, static corpus)`` of a set, as ``perf.bench_policy`` defines them."""
+def load_set(name: str, d: Path, work: Path = DEFAULT_WORK) -> tuple[list[int], list[int]]:
+    """``(replayed tokens, static corpus)`` of a set, as ``perf.bench_policy`` defines them
+    (``work``: where the ``code`` set is built)."""
     corpus = read_tokens(d / STATIC_FILE)
     if name == "wikitext":
         return read_tokens(d / REPLAY_FILE), corpus
     if name == "heldout":
         half = len(corpus) // 2
         return corpus[half:], corpus[:half]
-    raise ValueError(f"unknown set {name!r} (known: {', '.join(SETS)})")
+    if name == CODE_SET:
+        from perf.grounded_data import code_tokens
+
+        return code_tokens(work), corpus
+    raise ValueError(f"unknown set {name!r} (known: {', '.join((*SETS, CODE_SET))})")
 
 
 def llama_replay(replay: list[int], corpus: list[int], cache: Path, name: str) -> ReplayResult:
@@ -399,12 +413,12 @@ def row(set_name: str, peer: str, r: ReplayResult, setup_s: float) -> dict[str, 
     }
 
 
-def replay_all(peers: list[str], sets: list[str], cache: Path) -> list[dict[str, Any]]:
+def replay_all(peers: list[str], sets: list[str], cache: Path, work: Path = DEFAULT_WORK) -> list[dict[str, Any]]:
     """Every peer on every set: the table's rows (llama's index files kept in ``cache``)."""
     d = data_dir()
     rows: list[dict[str, Any]] = []
     for set_name in sets:
-        replay, corpus = load_set(set_name, d)
+        replay, corpus = load_set(set_name, d, work)
         for peer in peers:
             t0 = time.perf_counter()
             if peer == "llama":
@@ -432,7 +446,18 @@ def replay_all(peers: list[str], sets: list[str], cache: Path) -> list[dict[str,
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m perf.peers", description=__doc__.split("\n\n")[0])
-    p.add_argument("--sets", default=",".join(SETS), help="comma-separated: " + ", ".join(SETS))
+    p.add_argument(
+        "--sets",
+        default=",".join(SETS),
+        help="comma-separated: " + ", ".join((*SETS, CODE_SET)) + " (default: the first two)",
+    )
+    p.add_argument(
+        "--work",
+        metavar="DIR",
+        type=Path,
+        default=DEFAULT_WORK,
+        help=f"where the code set's sdists and pairs are kept (default: {DEFAULT_WORK}; downloads 6 MB once)",
+    )
     p.add_argument(
         "--peers",
         default=",".join(PEERS),
@@ -447,13 +472,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if peer not in PEERS + EXTRA_PEERS:
             p.error(f"unknown peer {peer!r} (known: {', '.join(PEERS + EXTRA_PEERS)})")
     for s in sets:
-        if s not in SETS:
-            p.error(f"unknown set {s!r} (known: {', '.join(SETS)})")
+        if s not in (*SETS, CODE_SET):
+            p.error(f"unknown set {s!r} (known: {', '.join((*SETS, CODE_SET))})")
     # Without --cache-dir, llama's index files live in a temporary folder removed at the end.
     with tempfile.TemporaryDirectory(prefix="lookupdec-peers-") as tmp:
         cache = Path(args.cache_dir or tmp)
         cache.mkdir(parents=True, exist_ok=True)
-        rows = replay_all(peers, sets, cache)
+        try:
+            rows = replay_all(peers, sets, cache, args.work)
+        except GroundedDataError as e:
+            print(f"perf.peers: the code set: {e}", file=sys.stderr)
+            return 2
     print("| set | peer | tokens/step | accepted | drafted | wasted/step | steps | µs/step |")
     print("|---|---|---|---|---|---|---|---|")
     for x in rows:

@@ -243,6 +243,15 @@ def test_build_offline(sdists: tuple[Path, Path], monkeypatch: pytest.MonkeyPatc
     assert core.prompt[0] == tok.bos_id and core.output[0] != tok.bos_id
     assert "demo" in data.summary()
 
+    # The replay set "code": the new files of the code pairs, in the dataset's order (docs and
+    # files only in one release are not in it).
+    def ids(text: str | bytes) -> list[int]:
+        assert isinstance(text, str)
+        return list(tok.encode(text, add_special=False, parse_special=False).tolist())
+
+    code = gd.code_tokens(work, LLAMA3, progress=False, releases=releases)
+    assert code == ids(NEW["docs/conf.py"]) + ids(CORE_NEW)
+
     again = gd.build_dataset(work, LLAMA3, 16384, progress=False, releases=releases)
     assert again.from_cache and again.pairs == data.pairs and again.dropped == data.dropped
     assert (work / "grounded-ggml-vocab-llama-bpe-16384.json").is_file()

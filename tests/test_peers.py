@@ -224,3 +224,34 @@ def test_main_skips_a_missing_peer(
     assert [r["peer"] for r in rows] == ["vllm"]
     # A text that repeats one 40-token phrase: vLLM's rule drafts 8 right tokens nearly every step.
     assert rows[0]["tokens_per_step"] > 8.0
+
+
+def test_main_code_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # --sets code replays perf.grounded_data.code_tokens(--work) with the enwiki static corpus;
+    # a failure to build it (here: no network) is one clear line and exit status 2
+    from perf import grounded_data as gd
+
+    rng = random.Random(6)
+    phrase = [rng.randrange(100) for _ in range(40)]
+    np.array(phrase * 50, dtype="<i4").tofile(tmp_path / STATIC_FILE)
+    monkeypatch.setenv("LOOKUPDEC_DATA", str(tmp_path))
+    asked: list[Path] = []
+
+    def code_tokens(work: Path) -> list[int]:
+        asked.append(work)
+        return phrase * 300
+
+    monkeypatch.setattr(gd, "code_tokens", code_tokens)
+    out = tmp_path / "rows.json"
+    assert peers.main(["--sets", "code", "--peers", "vllm", "--work", str(tmp_path / "w"), "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert asked == [tmp_path / "w"] and [(r["set"], r["n_tokens"]) for r in rows] == [("code", 12_000)]
+    capsys.readouterr()
+
+    def offline(work: Path) -> list[int]:
+        raise gd.GroundedDataError("cannot download https://files.pythonhosted.org/x.tar.gz: no network")
+
+    monkeypatch.setattr(gd, "code_tokens", offline)
+    assert peers.main(["--sets", "code", "--peers", "vllm"]) == 2
+    err = capsys.readouterr().err
+    assert "the code set" in err and "x.tar.gz" in err and "Traceback" not in err

@@ -68,3 +68,29 @@ def test_run_set_replays_tree_drafts() -> None:
     r = fast.replay(tokens, 4096, 8, None, None, None, "hybrid", None, 3)
     assert (got[2]["n_steps"], got[2]["n_accept"], got[2]["n_drafted"]) == (r.n_steps, r.n_accept, r.n_drafted)
     assert got[2]["n_accept"] != got[1]["n_accept"]
+
+
+def test_code_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # --sets code replays perf.grounded_data.code_tokens(--work) with the static corpus's index
+    # and, with --corpus-history, the corpus in the hybrid history
+    import json
+
+    from perf import grounded_data as gd
+    from perf._common import REPLAY_FILE, STATIC_FILE
+    from tests.conftest import fast_impl
+
+    fast_impl()  # skips where the fast path is not compiled (perf policy refuses it)
+    demo = np.fromfile(DEMO_DATA / "wiki.test.demo.llama3.bin", dtype="<i4")
+    demo[:3000].tofile(tmp_path / REPLAY_FILE)
+    demo[3000:9000].tofile(tmp_path / STATIC_FILE)
+    code = demo[9000:14000].tolist()
+    monkeypatch.setenv("LOOKUPDEC_DATA", str(tmp_path))
+    monkeypatch.setattr(gd, "code_tokens", lambda work: code if work == tmp_path / "w" else [])
+    out = tmp_path / "rows.json"
+    argv = ["--sets", "code", "--repeats", "1", "--corpus-history", "--work", str(tmp_path / "w")]
+    assert bench_policy.main([*argv, "--cache-dir", str(tmp_path / "c"), "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert [(r["set"], r["policy"], r["n_tokens"]) for r in got] == [
+        ("code", p, 5000) for p in ("llama", "hybrid", "hybrid+corpus")
+    ]
+    assert "| code | hybrid+corpus |" in capsys.readouterr().out
