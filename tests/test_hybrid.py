@@ -486,3 +486,36 @@ def test_vote_table_restarts_when_its_stamp_runs_out() -> None:
             assert 0 < h.vote_stamp < _hybrid.VOTE_STAMP_MAX - 5  # it ran out and restarted
         results.append((r.n_steps, r.n_accept, r.n_drafted))
     assert results[0] == results[1]
+
+
+@pytest.mark.slow
+def test_threshold_settles_and_keeps_the_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The waste controller steers by the recent balance plus an eighth of the run's. Steered by
+    # the run's balance alone (both shifts 0: the recent balance stays 0), the threshold swings:
+    # a debt run up while it climbs is repaid by an overshoot. Measured on the reference (the
+    # fast path is tested step by step against it): the threshold after every 512-token request
+    # over the second half of the demo text, and the waste per step over the whole of it.
+    from lookupdec.reference import hybrid
+    from tests.test_drafter import drive
+
+    tokens = demo("wiki.test.demo.llama3.bin", 60_000)
+
+    def run() -> tuple[float, float]:
+        drafter = ref.Drafter(policy="hybrid")
+        seen = []
+        steps = 0
+        for i in range(0, len(tokens) - 512, 512):
+            before = drafter.stats.n_accept
+            drive(drafter, tokens[i : i + 513], 512)
+            steps += 511 - (drafter.stats.n_accept - before)  # a step adds one token besides the accepted
+            seen.append(drafter.policy_state.threshold)
+        half = seen[len(seen) // 2 :]
+        return max(half) / min(half), (drafter.stats.n_drafted - drafter.stats.n_accept) / steps
+
+    swing, waste = run()
+    monkeypatch.setattr(hybrid, "RECENT_SHIFT", 0)
+    monkeypatch.setattr(hybrid, "RUN_SHIFT", 0)
+    old_swing, old_waste = run()
+    assert swing * 1.5 < old_swing, (swing, old_swing)
+    assert abs(waste - hybrid.TARGET_WASTE) < 0.1 * hybrid.TARGET_WASTE, waste
+    assert abs(old_waste - hybrid.TARGET_WASTE) < 0.1 * hybrid.TARGET_WASTE, old_waste

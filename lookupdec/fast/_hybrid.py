@@ -46,12 +46,16 @@ TARGET_WASTE: Final = 1.9
 THRESHOLD_STEP: Final = 1.0001
 """Factor the threshold moves by after every observed step (slowly: a threshold that swings wastes more
 for what it gains than a steady one, so it drifts by at most e in 10,000 steps)."""
+RECENT_SHIFT: Final[i64] = 10
+"""The recent waste balance forgets 1/2^10 of itself every step: it sums about the last 1,000 steps."""
+RUN_SHIFT: Final[i64] = 3
+"""The whole run's balance weighs 1/2^3 against the recent one in the threshold's direction."""
 THRESHOLD_MIN: Final = 0.002
 THRESHOLD_MAX: Final = 0.5
 """Bounds of the steered threshold."""
 BALANCE_CAP: Final[i64] = 100_000_000
-"""The waste balance is kept within +-10,000,000 tokens (in tenths): in practice the whole run's
-budget, so the average over the run is what is steered."""
+"""The run's waste balance is kept within +-10,000,000 tokens (in tenths): in practice the whole
+run's budget, so the average over the run is what is steered."""
 PRIOR_OK: Final = 1.0
 PRIOR_TRIED: Final = 2.0
 """Laplace prior of every acceptance estimate: (ok + 1) / (tried + 2)."""
@@ -181,6 +185,7 @@ class HybridState:
     match_slack: i64
     target_waste10: i64
     balance: i64
+    recent: i64
     tree_votes: TreeVotes | None
     _keys: vec[i64]
 
@@ -206,6 +211,7 @@ class HybridState:
         # tenths of a token, so the waste balance stays an integer (identical in both implementations)
         self.target_waste10 = i64(round(target_waste * 10))
         self.balance = 0
+        self.recent = 0
         self.tried = zeros_i64(N_KIND * N_STATIC * N_CLASS * N_CUR * N_LEN)
         self.ok = zeros_i64(N_KIND * N_STATIC * N_CLASS * N_CUR * N_LEN)
         self.l_tried = zeros_i64(2 * N_LLAMA_CELLS)
@@ -457,13 +463,18 @@ class HybridState:
         m = self.last_llama
         s = self.last_suffix
         if self.target_waste10 > 0:
-            # The waste controller: the balance is the waste budget left (in tenths of a token),
-            # clamped to +-BALANCE_CAP; overspent, the threshold rises, else it falls.
+            # The waste controller (see the reference's observe): the threshold rises when the
+            # recent balance plus an eighth of the run's is overspent, else it falls. Balances in
+            # tenths of a token; >> is floor division on negative values too, as in Python.
             wasted = m + s - n_accepted if n_accepted < m + s else 0
-            b = self.balance + self.target_waste10 - 10 * wasted
+            e = self.target_waste10 - 10 * wasted
+            b = self.balance + e
             b = BALANCE_CAP if b > BALANCE_CAP else (-BALANCE_CAP if b < -BALANCE_CAP else b)
             self.balance = b
-            t = self.threshold * THRESHOLD_STEP if b < 0 else self.threshold / THRESHOLD_STEP
+            r = self.recent + e
+            r -= r >> RECENT_SHIFT
+            self.recent = r
+            t = self.threshold * THRESHOLD_STEP if r + (b >> RUN_SHIFT) < 0 else self.threshold / THRESHOLD_STEP
             self.threshold = THRESHOLD_MAX if t > THRESHOLD_MAX else (THRESHOLD_MIN if t < THRESHOLD_MIN else t)
         j: i64 = 0
         while j < m and j <= n_accepted:  # llama.cpp's tokens reached: the accepted ones and the first miss
