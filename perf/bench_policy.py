@@ -57,7 +57,17 @@ from typing import Any
 
 import numpy as np
 
+from perf import grounded_data
 from perf._common import N_CTX, N_DRAFT, REPLAY_FILE, STATIC_FILE, data_dir
+
+SETS = ("wikitext", "heldout")
+"""The default ``--sets`` (of this script and ``perf.peers``)."""
+CODE_SET = "code"
+"""Also on request: held-out Python (:func:`perf.grounded_data.code_tokens`, built in ``--work``)
+with the ``enwiki_wt.10M`` static index and corpus, as ``wikitext`` has them."""
+ALL_SETS = (*SETS, CODE_SET)
+DEFAULT_WORK = Path("results/grounded")
+"""Where the ``code`` set's sdists and tokenized pairs are kept (``perf grounded``'s ``--work``)."""
 
 
 def read_tokens(path: Path) -> list[int]:
@@ -65,6 +75,20 @@ def read_tokens(path: Path) -> list[int]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: token file not found (set LOOKUPDEC_DATA)")
     return list(np.fromfile(path, dtype="<i4").tolist())
+
+
+def load_set(name: str, d: Path, work: Path = DEFAULT_WORK) -> tuple[list[int], list[int]]:
+    """``(replayed tokens, static corpus)`` of a set (see the module's docstring), from the data
+    folder ``d``; ``work``: where the ``code`` set is built (may raise ``GroundedDataError``)."""
+    corpus = read_tokens(d / STATIC_FILE)
+    if name == "wikitext":
+        return read_tokens(d / REPLAY_FILE), corpus
+    if name == "heldout":
+        half = len(corpus) // 2
+        return corpus[half:], corpus[:half]
+    if name == CODE_SET:
+        return grounded_data.code_tokens(work), corpus
+    raise ValueError(f"unknown set {name!r} (known: {', '.join(ALL_SETS)})")
 
 
 def static_index(fast: Any, corpus: list[int], path: Path) -> Any:
@@ -187,12 +211,13 @@ def summarize(trees: Sequence[str], results: dict[str, list[list[dict[str, Any]]
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m perf policy", description=__doc__.split("\n\n")[0])
-    p.add_argument("--sets", default="wikitext,heldout", help="comma-separated: wikitext, heldout, code")
+    p.add_argument("--sets", default=",".join(SETS), help="comma-separated: " + ", ".join(ALL_SETS))
     p.add_argument(
         "--work",
         metavar="DIR",
-        default="results/grounded",
-        help="where the code set's sdists and pairs are kept (default: results/grounded; downloads 6 MB once)",
+        type=Path,
+        default=DEFAULT_WORK,
+        help=f"where the code set's sdists and pairs are kept (default: {DEFAULT_WORK}; downloads 6 MB once)",
     )
     p.add_argument("--repeats", type=int, default=3, help="replays per policy (interleaved); median time")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
@@ -206,10 +231,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--trees", metavar="A,B", help="compare built checkouts side by side (see above)")
     p.add_argument("--rounds", type=int, default=4, help="with --trees: processes per tree, interleaved (default 4)")
     args = p.parse_args(argv)
+    sets = [x for x in args.sets.split(",") if x]
+    for name in sets:
+        if name not in ALL_SETS:
+            p.error(f"unknown set {name!r} (known: {', '.join(ALL_SETS)})")
     if args.trees:
         trees = args.trees.split(",")
         cache = Path(args.cache_dir) if args.cache_dir else Path(tempfile.mkdtemp(prefix="lookupdec-policy-"))
-        inner = ["--sets", args.sets, "--repeats", str(args.repeats), "--work", str(Path(args.work).resolve())]
+        inner = ["--sets", args.sets, "--repeats", str(args.repeats), "--work", str(args.work.resolve())]
         if args.corpus_history:
             inner.append("--corpus-history")
         if args.branches:
@@ -229,34 +258,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     cache = Path(args.cache_dir) if args.cache_dir else Path(tempfile.mkdtemp(prefix="lookupdec-policy-"))
     cache.mkdir(parents=True, exist_ok=True)
-    corpus = read_tokens(d / STATIC_FILE)
     branches = [int(b) for b in args.branches.split(",") if b]
     if any(b < 2 for b in branches):
         p.error(f"--branches {args.branches}: tree drafts have at least 2 branches (1 is the hybrid policy's row)")
     rows: list[dict[str, Any]] = []
-    for name in args.sets.split(","):
-        if name == "wikitext":
-            static = static_index(fast, corpus, cache / "enwiki_wt.10M.lkdc")
-            extra = corpus if args.corpus_history else None
-            rows += run_set(fast, name, read_tokens(d / REPLAY_FILE), static, args.repeats, extra, branches)
-        elif name == "heldout":
-            half = len(corpus) // 2
-            static = static_index(fast, corpus[:half], cache / "enwiki_wt.10M.first-half.lkdc")
-            extra = corpus[:half] if args.corpus_history else None
-            rows += run_set(fast, name, corpus[half:], static, args.repeats, extra, branches)
-        elif name == "code":
-            from perf.grounded_data import GroundedDataError, code_tokens
-
-            static = static_index(fast, corpus, cache / "enwiki_wt.10M.lkdc")
-            extra = corpus if args.corpus_history else None
-            try:
-                code = code_tokens(Path(args.work))
-            except GroundedDataError as e:
-                print(f"perf policy: the code set: {e}", file=sys.stderr)
-                return 2
-            rows += run_set(fast, name, code, static, args.repeats, extra, branches)
-        else:
-            p.error(f"unknown set {name!r}")
+    for name in sets:
+        try:
+            replay, corpus = load_set(name, d, args.work)
+        except grounded_data.GroundedDataError as e:
+            print(f"perf policy: the code set: {e}", file=sys.stderr)
+            return 2
+        # heldout's static corpus is the first half of enwiki_wt.10M, the others' all of it
+        index = "enwiki_wt.10M.first-half.lkdc" if name == "heldout" else "enwiki_wt.10M.lkdc"
+        static = static_index(fast, corpus, cache / index)
+        extra = corpus if args.corpus_history else None
+        rows += run_set(fast, name, replay, static, args.repeats, extra, branches)
     print("| set | policy | tokens/step | vs llama | accepted | drafted | wasted/step | µs/step (median) |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:

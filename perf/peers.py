@@ -46,8 +46,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from lookupdec.result import ReplayResult
-from perf._common import N_CTX, N_DRAFT, REPLAY_FILE, STATIC_FILE, data_dir
-from perf.bench_policy import read_tokens, static_index
+from perf._common import N_CTX, N_DRAFT, data_dir
+from perf.bench_policy import ALL_SETS, DEFAULT_WORK, SETS, load_set, static_index
 from perf.grounded_data import GroundedDataError
 
 ProgressCallback = Callable[[int, int], None]
@@ -57,13 +57,6 @@ PEERS = ("llama", "hf", "vllm", "vllm25", "suffix", "suffix+corpus")
 """The peers of docs/performance.md's table, the default ``--peers``."""
 EXTRA_PEERS = ("suffix4", "suffix4+corpus", "hf3")
 """Only on request: SuffixDecoding with ``max_spec_factor=4`` (a length factor of 4)."""
-SETS = ("wikitext", "heldout")
-"""The default ``--sets``."""
-CODE_SET = "code"
-"""Also on request: held-out Python (``perf.grounded_data.code_tokens``, built in ``--work``) with
-the ``enwiki_wt.10M`` static index and corpus, as ``wikitext`` has them."""
-DEFAULT_WORK = Path("results/grounded")
-"""Where the ``code`` set's sdists and tokenized pairs are kept (``perf grounded``'s ``--work``)."""
 # Large enough that an engine's own length limit never cuts a draft: the lookup-stats protocol
 # counts drafts past the chunk end, and a request's model context is not the chunk.
 NO_LIMIT = 1 << 30
@@ -347,23 +340,7 @@ class SuffixDecoding:
         self._cache.stop_request(self._req)
 
 
-# --- the sets -------------------------------------------------------------------------------
-
-
-def load_set(name: str, d: Path, work: Path = DEFAULT_WORK) -> tuple[list[int], list[int]]:
-    """``(replayed tokens, static corpus)`` of a set, as ``perf.bench_policy`` defines them
-    (``work``: where the ``code`` set is built)."""
-    corpus = read_tokens(d / STATIC_FILE)
-    if name == "wikitext":
-        return read_tokens(d / REPLAY_FILE), corpus
-    if name == "heldout":
-        half = len(corpus) // 2
-        return corpus[half:], corpus[:half]
-    if name == CODE_SET:
-        from perf.grounded_data import code_tokens
-
-        return code_tokens(work), corpus
-    raise ValueError(f"unknown set {name!r} (known: {', '.join((*SETS, CODE_SET))})")
+# --- the replays ----------------------------------------------------------------------------
 
 
 def llama_replay(replay: list[int], corpus: list[int], cache: Path, name: str) -> ReplayResult:
@@ -449,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--sets",
         default=",".join(SETS),
-        help="comma-separated: " + ", ".join((*SETS, CODE_SET)) + " (default: the first two)",
+        help="comma-separated: " + ", ".join(ALL_SETS) + " (default: the first two)",
     )
     p.add_argument(
         "--work",
@@ -472,8 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if peer not in PEERS + EXTRA_PEERS:
             p.error(f"unknown peer {peer!r} (known: {', '.join(PEERS + EXTRA_PEERS)})")
     for s in sets:
-        if s not in (*SETS, CODE_SET):
-            p.error(f"unknown set {s!r} (known: {', '.join((*SETS, CODE_SET))})")
+        if s not in ALL_SETS:
+            p.error(f"unknown set {s!r} (known: {', '.join(ALL_SETS)})")
     # Without --cache-dir, llama's index files live in a temporary folder removed at the end.
     with tempfile.TemporaryDirectory(prefix="lookupdec-peers-") as tmp:
         cache = Path(args.cache_dir or tmp)

@@ -192,7 +192,7 @@ class HybridState:
         self.target_waste10 = round(target_waste * 10)  # tenths of a token: the balance stays an integer
         self.balance = 0  # waste budget left over the run, in tenths of a token
         self.recent = 0  # the same over about the last 1,000 steps (it forgets 1/1024 a step)
-        # acceptance counts per cell (kind, static class, support class, effective match length)
+        # acceptance counts per cell (kind, static class, support class, source, effective match length)
         self.tried: Counter[Cell] = Counter()
         self.ok: Counter[Cell] = Counter()
         # acceptance counts of llama.cpp's tokens per (confirmed?, its draft's length, position)
@@ -445,7 +445,7 @@ class HybridState:
             # overshoot, and the threshold swung between 0.006 and 0.05 on WikiText (0.02 and the
             # 0.5 bound on code), drafting the same tokens at times and not at others. An eighth
             # of the run's balance keeps the average over the run at the target: the recent
-            # balance alone makes its median, not its mean, zero (a step wastes up to 8 tokens
+            # balance alone makes its median, not its mean, zero (a step wastes up to n_draft tokens
             # and saves at most target_waste).
             self.recent += e
             self.recent -= self.recent >> RECENT_SHIFT
