@@ -29,12 +29,20 @@ A peer whose package is not importable is skipped with a message.
     python -m perf.peers                                  # both sets, every peer
     python -m perf.peers --sets wikitext --peers hf,vllm --json results/peers.json
     python -m perf.peers --sets code --peers suffix,suffix+corpus --work /work/grounded
+    python -m perf.peers --match-waste   # and lookupdec's hybrid policy at each peer's waste
+
+``--match-waste`` answers "more tokens per step at no more waste?": for every peer but
+``llama`` it replays ``hybrid`` and ``hybrid+corpus`` (``perf policy``'s, the corpus's static
+index, and the corpus in the history too) with the waste controller steered to the largest tenth
+of a token at least 0.01 below the peer's wasted tokens per step (:func:`matched_target`), and
+prints their tokens per step against the peer's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 import time
@@ -47,7 +55,7 @@ import numpy as np
 
 from lookupdec.result import ReplayResult
 from perf._common import N_CTX, N_DRAFT, data_dir
-from perf.bench_policy import ALL_SETS, DEFAULT_WORK, SETS, load_set, static_index
+from perf.bench_policy import ALL_SETS, DEFAULT_WORK, SETS, corpus_history, load_set, static_index
 from perf.grounded_data import GroundedDataError
 
 ProgressCallback = Callable[[int, int], None]
@@ -57,6 +65,12 @@ PEERS = ("llama", "hf", "vllm", "vllm25", "suffix", "suffix+corpus")
 """The peers of docs/performance.md's table, the default ``--peers``."""
 EXTRA_PEERS = ("suffix4", "suffix4+corpus", "hf3")
 """Only on request: SuffixDecoding with ``max_spec_factor=4`` (a length factor of 4)."""
+HYBRID_VARIANTS = ("hybrid", "hybrid+corpus")
+"""``--match-waste``'s lookupdec rows: the hybrid policy with the static index, and with the corpus in
+its history too."""
+MATCH_MARGIN = 0.01
+"""``--match-waste`` steers at least this far below a peer's waste: the controller ends a run a few
+thousandths of a token above its target (1.902-1.903 wasted per step at 1.9)."""
 # Large enough that an engine's own length limit never cuts a draft: the lookup-stats protocol
 # counts drafts past the chunk end, and a request's model context is not the chunk.
 NO_LIMIT = 1 << 30
@@ -390,12 +404,99 @@ def row(set_name: str, peer: str, r: ReplayResult, setup_s: float) -> dict[str, 
     }
 
 
-def replay_all(peers: list[str], sets: list[str], cache: Path, work: Path = DEFAULT_WORK) -> list[dict[str, Any]]:
-    """Every peer on every set: the table's rows (llama's index files kept in ``cache``)."""
+def matched_target(wasted_per_step: float) -> float | None:
+    """The hybrid policy's ``target_waste`` for a comparison with a peer that wasted
+    ``wasted_per_step`` tokens per step: the largest tenth of a token (the waste controller's
+    resolution) at least :data:`MATCH_MARGIN` below it; None below 0.1 (a target of 0 fixes the
+    threshold instead of steering it)."""
+    t10 = math.floor(round((wasted_per_step - MATCH_MARGIN) * 10, 9))
+    return t10 / 10 if t10 >= 1 else None
+
+
+def hybrid_replay(
+    replay: list[int], corpus: list[int], cache: Path, name: str, target_waste: float, with_corpus: bool
+) -> ReplayResult:
+    """The hybrid policy steered to ``target_waste``, with the corpus's static index and, with
+    ``with_corpus``, the corpus in its history (``perf policy``'s ``hybrid`` and ``hybrid+corpus``)."""
+    from lookupdec import fast
+
+    static = static_index(fast, corpus, cache / f"{name}.static.lkdc")
+    history = corpus_history(fast, corpus) if with_corpus else None
+    result: ReplayResult = fast.replay(
+        replay, N_CTX, N_DRAFT, static, None, None, "hybrid", history, target_waste=target_waste
+    )
+    return result
+
+
+def match_waste(
+    set_rows: list[dict[str, Any]], replay: list[int], corpus: list[int], cache: Path, set_name: str
+) -> list[dict[str, Any]]:
+    """``hybrid`` and ``hybrid+corpus`` at each peer's waste (:func:`matched_target`), a row each,
+    its ``matched_to`` the peer's name (one replay per distinct target and variant)."""
+    done: dict[tuple[str, float], dict[str, Any]] = {}
+    rows: list[dict[str, Any]] = []
+    for peer_row in set_rows:
+        target = matched_target(peer_row["wasted_per_step"])
+        if peer_row["peer"] == "llama" or target is None:
+            continue
+        for variant in HYBRID_VARIANTS:
+            key = (variant, target)
+            if key not in done:
+                t0 = time.perf_counter()
+                r = hybrid_replay(replay, corpus, cache, set_name, target, variant == "hybrid+corpus")
+                done[key] = row(set_name, f"{variant}@{target}", r, 0.0)
+                print(
+                    f"perf.peers: {set_name} {variant} at {target} wasted/step: "
+                    f"{done[key]['tokens_per_step']:.4f} tokens/step ({time.perf_counter() - t0:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            rows.append({**done[key], "matched_to": peer_row["peer"]})
+    return rows
+
+
+def print_matched(rows: list[dict[str, Any]]) -> None:
+    """The table of each peer against the hybrid policy at no more waste per step."""
+    peer_rows = {(x["set"], x["peer"]): x for x in rows if "matched_to" not in x}
+    matched: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for x in rows:
+        if "matched_to" in x:
+            matched.setdefault((x["set"], x["matched_to"]), {})[x["peer"].split("@")[0]] = x
+    if not matched:
+        return
+    print()
+    print("At no more waste: each peer against the hybrid policy steered to a tenth of a token below its waste")
+    print()
+    hybrid_cols = " | ".join(f"{v} | wasted/step | ratio" for v in HYBRID_VARIANTS)
+    print(f"| set | peer | tokens/step | wasted/step | target | {hybrid_cols} |")
+    print("|---" * (5 + 3 * len(HYBRID_VARIANTS)) + "|")
+    for (set_name, peer), by in matched.items():
+        p = peer_rows[(set_name, peer)]
+        cells = []
+        for variant in HYBRID_VARIANTS:
+            h = by[variant]
+            cells.append(
+                f"{h['tokens_per_step']:.4f} | {h['wasted_per_step']:.3f} | "
+                f"{h['tokens_per_step'] / p['tokens_per_step']:.3f}x"
+            )
+        target = by[HYBRID_VARIANTS[0]]["peer"].split("@")[1]
+        print(
+            f"| {set_name} | {peer} | {p['tokens_per_step']:.4f} | {p['wasted_per_step']:.3f} | {target} | "
+            + " | ".join(cells)
+            + " |"
+        )
+
+
+def replay_all(
+    peers: list[str], sets: list[str], cache: Path, work: Path = DEFAULT_WORK, matched: bool = False
+) -> list[dict[str, Any]]:
+    """Every peer on every set: the table's rows (llama's index files kept in ``cache``); with
+    ``matched``, then the hybrid policy at each peer's waste (:func:`match_waste`)."""
     d = data_dir()
     rows: list[dict[str, Any]] = []
     for set_name in sets:
         replay, corpus = load_set(set_name, d, work)
+        first = len(rows)
         for peer in peers:
             t0 = time.perf_counter()
             if peer == "llama":
@@ -418,6 +519,8 @@ def replay_all(peers: list[str], sets: list[str], cache: Path, work: Path = DEFA
                 file=sys.stderr,
                 flush=True,
             )
+        if matched:
+            rows += match_waste(rows[first:], replay, corpus, cache, set_name)
     return rows
 
 
@@ -440,6 +543,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=",".join(PEERS),
         help="comma-separated: " + ", ".join(PEERS + EXTRA_PEERS) + " (default: the first six)",
     )
+    p.add_argument(
+        "--match-waste",
+        action="store_true",
+        help="also replay hybrid and hybrid+corpus steered to each peer's waste (a tenth of a token "
+        "below it) and print a table of the two against each peer at no more waste",
+    )
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--cache-dir", metavar="DIR", help="where llama's static index files are kept (default: a temp dir)")
     args = p.parse_args(argv)
@@ -456,17 +565,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         cache = Path(args.cache_dir or tmp)
         cache.mkdir(parents=True, exist_ok=True)
         try:
-            rows = replay_all(peers, sets, cache, args.work)
+            rows = replay_all(peers, sets, cache, args.work, args.match_waste)
         except GroundedDataError as e:
             print(f"perf.peers: the code set: {e}", file=sys.stderr)
             return 2
     print("| set | peer | tokens/step | accepted | drafted | wasted/step | steps | µs/step |")
     print("|---|---|---|---|---|---|---|---|")
     for x in rows:
+        if "matched_to" in x:
+            continue
         print(
             f"| {x['set']} | {x['peer']} | {x['tokens_per_step']:.4f} | {x['n_accept']:,} | {x['n_drafted']:,} | "
             f"{x['wasted_per_step']:.3f} | {x['n_steps']:,} | {x['us_per_step']:.1f} |"
         )
+    print_matched(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -255,3 +255,38 @@ def test_main_code_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: 
     assert peers.main(["--sets", "code", "--peers", "vllm"]) == 2
     err = capsys.readouterr().err
     assert "the code set" in err and "x.tar.gz" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("wasted", "target"),
+    [(1.54, 1.5), (1.51, 1.5), (1.505, 1.4), (4.72, 4.7), (0.12, 0.1), (0.1, None), (0.0, None)],
+)
+def test_matched_target_is_a_tenth_at_least_a_hundredth_below(wasted: float, target: float | None) -> None:
+    assert peers.matched_target(wasted) == target
+
+
+def test_main_match_waste(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # --match-waste: hybrid and hybrid+corpus steered below each peer's waste, a row each, and a
+    # table of ratios; their waste per step is no more than the peer's
+    rng = random.Random(7)
+    words = [[rng.randrange(30) for _ in range(rng.randrange(2, 6))] for _ in range(40)]
+    text = [t for _ in range(3000) for t in rng.choice(words)]
+    np.array(text[:13_000], dtype="<i4").tofile(tmp_path / REPLAY_FILE)
+    np.array(text[13_000:], dtype="<i4").tofile(tmp_path / STATIC_FILE)
+    monkeypatch.setenv("LOOKUPDEC_DATA", str(tmp_path))
+    out = tmp_path / "rows.json"
+    assert peers.main(["--sets", "wikitext", "--peers", "llama,vllm25", "--match-waste", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    peer = next(r for r in rows if r["peer"] == "vllm25")
+    target = peers.matched_target(peer["wasted_per_step"])
+    assert target is not None
+    matched = [r for r in rows if "matched_to" in r]
+    assert [(r["peer"], r["matched_to"]) for r in matched] == [
+        (f"hybrid@{target}", "vllm25"),
+        (f"hybrid+corpus@{target}", "vllm25"),
+    ]
+    for r in matched:
+        assert r["n_steps"] > 0 and r["wasted_per_step"] <= peer["wasted_per_step"]
+    table = capsys.readouterr().out
+    assert f"| wikitext | vllm25 | {peer['tokens_per_step']:.4f} |" in table
+    assert f"{matched[0]['tokens_per_step'] / peer['tokens_per_step']:.3f}x" in table
