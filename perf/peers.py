@@ -470,20 +470,30 @@ def print_matched(rows: list[dict[str, Any]]) -> None:
     hybrid_cols = " | ".join(f"{v} | wasted/step | ratio" for v in HYBRID_VARIANTS)
     print(f"| set | peer | tokens/step | wasted/step | target | {hybrid_cols} |")
     print("|---" * (5 + 3 * len(HYBRID_VARIANTS)) + "|")
+    over = False
     for (set_name, peer), by in matched.items():
         p = peer_rows[(set_name, peer)]
         cells = []
         for variant in HYBRID_VARIANTS:
             h = by[variant]
+            # the controller cannot always steer as low as asked (its threshold is bounded)
+            mark = " (more waste)" if h["wasted_per_step"] > p["wasted_per_step"] else ""
+            over = over or bool(mark)
             cells.append(
                 f"{h['tokens_per_step']:.4f} | {h['wasted_per_step']:.3f} | "
-                f"{h['tokens_per_step'] / p['tokens_per_step']:.3f}x"
+                f"{h['tokens_per_step'] / p['tokens_per_step']:.3f}x{mark}"
             )
         target = by[HYBRID_VARIANTS[0]]["peer"].split("@")[1]
         print(
             f"| {set_name} | {peer} | {p['tokens_per_step']:.4f} | {p['wasted_per_step']:.3f} | {target} | "
             + " | ".join(cells)
             + " |"
+        )
+    if over:
+        print()
+        print(
+            "(more waste): the hybrid policy wasted more per step than the peer: its waste controller's "
+            "threshold reached its bound before the target (a comparison at no more waste fails there)"
         )
 
 

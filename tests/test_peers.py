@@ -290,3 +290,17 @@ def test_main_match_waste(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsy
     table = capsys.readouterr().out
     assert f"| wikitext | vllm25 | {peer['tokens_per_step']:.4f} |" in table
     assert f"{matched[0]['tokens_per_step'] / peer['tokens_per_step']:.3f}x" in table
+
+
+def test_print_matched_marks_more_waste(capsys: pytest.CaptureFixture[str]) -> None:
+    # a hybrid row that wasted more than its peer (the controller could not steer that low) is marked
+    def r(peer: str, tps: float, wasted: float, to: str | None = None) -> dict[str, object]:
+        x: dict[str, object] = {"set": "s", "peer": peer, "tokens_per_step": tps, "wasted_per_step": wasted}
+        return x if to is None else {**x, "matched_to": to}
+
+    peers.print_matched(
+        [r("vllm", 1.0, 0.127), r("hybrid@0.1", 1.1, 0.154, "vllm"), r("hybrid+corpus@0.1", 1.2, 0.12, "vllm")]
+    )
+    out = capsys.readouterr().out
+    assert "| s | vllm | 1.0000 | 0.127 | 0.1 | 1.1000 | 0.154 | 1.100x (more waste) | 1.2000 | 0.120 | 1.200x |" in out
+    assert "threshold reached its bound" in out
