@@ -451,7 +451,7 @@ def match_waste(
                     file=sys.stderr,
                     flush=True,
                 )
-            rows.append({**done[key], "matched_to": peer_row["peer"]})
+            rows.append({**done[key], "matched_to": peer_row["peer"], "variant": variant, "target_waste": target})
     return rows
 
 
@@ -461,7 +461,7 @@ def print_matched(rows: list[dict[str, Any]]) -> None:
     matched: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     for x in rows:
         if "matched_to" in x:
-            matched.setdefault((x["set"], x["matched_to"]), {})[x["peer"].split("@")[0]] = x
+            matched.setdefault((x["set"], x["matched_to"]), {})[x["variant"]] = x
     if not matched:
         return
     print()
@@ -483,7 +483,7 @@ def print_matched(rows: list[dict[str, Any]]) -> None:
                 f"{h['tokens_per_step']:.4f} | {h['wasted_per_step']:.3f} | "
                 f"{h['tokens_per_step'] / p['tokens_per_step']:.3f}x{mark}"
             )
-        target = by[HYBRID_VARIANTS[0]]["peer"].split("@")[1]
+        target = by[HYBRID_VARIANTS[0]]["target_waste"]
         print(
             f"| {set_name} | {peer} | {p['tokens_per_step']:.4f} | {p['wasted_per_step']:.3f} | {target} | "
             + " | ".join(cells)

@@ -285,6 +285,7 @@ def test_main_match_waste(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsy
         (f"hybrid@{target}", "vllm25"),
         (f"hybrid+corpus@{target}", "vllm25"),
     ]
+    assert [(r["variant"], r["target_waste"]) for r in matched] == [("hybrid", target), ("hybrid+corpus", target)]
     for r in matched:
         assert r["n_steps"] > 0 and r["wasted_per_step"] <= peer["wasted_per_step"]
     table = capsys.readouterr().out
@@ -296,7 +297,10 @@ def test_print_matched_marks_more_waste(capsys: pytest.CaptureFixture[str]) -> N
     # a hybrid row that wasted more than its peer (the controller could not steer that low) is marked
     def r(peer: str, tps: float, wasted: float, to: str | None = None) -> dict[str, object]:
         x: dict[str, object] = {"set": "s", "peer": peer, "tokens_per_step": tps, "wasted_per_step": wasted}
-        return x if to is None else {**x, "matched_to": to}
+        if to is None:
+            return x
+        variant, target = peer.split("@")
+        return {**x, "matched_to": to, "variant": variant, "target_waste": float(target)}
 
     peers.print_matched(
         [r("vllm", 1.0, 0.127), r("hybrid@0.1", 1.1, 0.154, "vllm"), r("hybrid+corpus@0.1", 1.2, 0.12, "vllm")]
