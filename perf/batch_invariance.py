@@ -62,13 +62,15 @@ def check(threads: int, batch: int, n: int, model: str = "smollm2") -> dict[str,
     in llama-cpp-python on ``threads`` threads."""
     from llama_cpp import Llama
 
+    from lookupdec.adapters.llama_cpp import no_repack
     from perf.speedup import LLAMA_CPP_MODELS, llama_cpp_task_prompts
 
     _, find, instruct = LLAMA_CPP_MODELS[model]
-    llm = Llama(
-        model_path=str(find()), n_ctx=4096, n_threads=threads, n_threads_batch=threads, logits_all=True,
-        flash_attn=True, verbose=False,
-    )  # fmt: skip
+    with no_repack(where_amx=True):  # AMX weight buffers crash llama-cpp-python 0.3.36 (adapters/llama_cpp.py)
+        llm = Llama(
+            model_path=str(find()), n_ctx=4096, n_threads=threads, n_threads_batch=threads, logits_all=True,
+            flash_attn=True, verbose=False,
+        )  # fmt: skip
     out: dict[str, int | None] = {}
     for name, prompt in llama_cpp_task_prompts(llm, instruct):
         out[name] = first_difference(

@@ -720,7 +720,7 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
 
 def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict[str, list[float]], dict[str, Any]]:
     import lookupdec
-    from lookupdec.adapters.llama_cpp import LookupDraftModel
+    from lookupdec.adapters.llama_cpp import LookupDraftModel, no_repack
 
     try:
         from llama_cpp import Llama
@@ -733,10 +733,11 @@ def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict
     threads = args.threads or 1
     # n_threads_batch: a draft's verification is a batch, and batches default to every core.
     # flash_attn: llama.cpp's CPU attention is batch-invariant only with it (tests/test_engine_llama_cpp.py).
-    llm = Llama(
-        model_path=str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads, logits_all=True,
-        flash_attn=True, verbose=False,
-    )  # fmt: skip
+    with no_repack(where_amx=True):  # AMX weight buffers crash llama-cpp-python 0.3.36 (adapters/llama_cpp.py)
+        llm = Llama(
+            model_path=str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads, logits_all=True,
+            flash_attn=True, verbose=False,
+        )  # fmt: skip
     n_vocab = int(llm.n_vocab())
     workloads = []
     for name, ids in llama_cpp_task_prompts(llm, instruct):

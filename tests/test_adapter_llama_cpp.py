@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import random
+import sys
+import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -188,3 +191,42 @@ def _llama_draft_model_class() -> type:
     except ImportError:
         return type(None)
     return LlamaDraftModel  # type: ignore[no-any-return,unused-ignore]
+
+
+def test_cpu_has_amx_reads_the_cpu_flags(tmp_path: Path) -> None:
+    from lookupdec.adapters.llama_cpp import cpu_has_amx
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8\n")
+    assert cpu_has_amx(info)
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f\n")
+    assert not cpu_has_amx(info)
+    assert not cpu_has_amx(tmp_path / "missing")
+
+
+def test_no_repack_loads_without_extra_buffers_and_restores(monkeypatch: pytest.MonkeyPatch) -> None:
+    import lookupdec.adapters.llama_cpp as adapter
+
+    class Params:
+        use_extra_bufts = True
+
+    def default_params() -> Params:
+        return Params()
+
+    # a stand-in for llama-cpp-python's ctypes module, whose default parameters Llama() asks for
+    lib = types.ModuleType("llama_cpp.llama_cpp")
+    lib.llama_model_default_params = default_params  # type: ignore[attr-defined]
+    package = types.ModuleType("llama_cpp")
+    package.llama_cpp = lib  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "llama_cpp", package)
+    monkeypatch.setitem(sys.modules, "llama_cpp.llama_cpp", lib)
+    with adapter.no_repack():
+        assert lib.llama_model_default_params().use_extra_bufts is False
+    assert lib.llama_model_default_params is default_params
+    monkeypatch.setattr(adapter, "cpu_has_amx", lambda: False)
+    with adapter.no_repack(where_amx=True):
+        assert lib.llama_model_default_params is default_params
+    monkeypatch.setattr(adapter, "cpu_has_amx", lambda: True)
+    with adapter.no_repack(where_amx=True):
+        assert lib.llama_model_default_params().use_extra_bufts is False
+    assert lib.llama_model_default_params is default_params

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import lookupdec
-from lookupdec.adapters.llama_cpp import LookupDraftModel
+from lookupdec.adapters.llama_cpp import LookupDraftModel, no_repack
 
 pytestmark = pytest.mark.engine
 
@@ -48,16 +48,18 @@ def load(llama_cpp: Any, path: Path, draft_model: Any = None, n_ctx: int = 2048)
     # over the KV length padded for the batch), so a token verified in a batch can differ from
     # the one decoded alone at a near-tie, whoever drafted it (llama-cpp-python's own prompt
     # lookup too: SmolLM2's greedy output changed in its first tokens on these prompts).
-    return llama_cpp.Llama(
-        model_path=str(path),
-        n_ctx=n_ctx,
-        n_threads=1,
-        n_threads_batch=1,
-        flash_attn=True,
-        logits_all=True,
-        verbose=False,
-        draft_model=draft_model,
-    )
+    # no_repack: on an AMX CPU llama.cpp's AMX weight buffers crash SmolLM2's Q4_1 (the module's docs).
+    with no_repack(where_amx=True):
+        return llama_cpp.Llama(
+            model_path=str(path),
+            n_ctx=n_ctx,
+            n_threads=1,
+            n_threads_batch=1,
+            flash_attn=True,
+            logits_all=True,
+            verbose=False,
+            draft_model=draft_model,
+        )
 
 
 def greedy(llm: Any, prompt: list[int], n: int) -> list[int]:
@@ -280,14 +282,31 @@ def test_lookupdec_tokenizes_smollm2_as_llama_cpp(llama_cpp: Any, smollm2: Path)
             assert tok.encode(text, add_special=flag, parse_special=flag).tolist() == expected
 
 
-def test_gemma3_output_identical_wherever_llama_cpp_verifies_batch_invariantly(llama_cpp: Any, gemma3: Path) -> None:
+NEAR_TIE = 0.25
+"""Logits closer than this are a near-tie, where llama.cpp's batched verification may pick either."""
+
+
+def one_token_row(llm: Any, prompt: list[int], tokens: list[int]) -> Any:
+    """The logits after ``prompt + tokens``, the tokens decoded one at a time (as plain greedy decodes them)."""
+    llm.reset()
+    llm.eval(list(prompt))
+    for t in tokens:
+        llm.eval([t])
+    return llm.scores[llm.n_tokens - 1]
+
+
+def test_gemma3_output_identical_but_at_near_ties(llama_cpp: Any, gemma3: Path) -> None:
     """Gemma 3 270M base (262k-token vocabulary), the task prompts as plain text after BOS.
 
     llama.cpp does not verify Gemma 3 batch-invariantly on every prompt, even on one thread
     (docs/speedup.md: a batch of 5 picks another token at a near-tie on 2 of the 4 prompts), and
-    there any drafter, llama-cpp-python's own included, can change the greedy output. So: on
-    every prompt where a batch of 5 verifies as one-token decoding does, lookupdec's drafted
-    output must equal plain greedy's, and there must be such a prompt for this to test anything.
+    there any drafter, llama-cpp-python's own included, can change the greedy output. A check of
+    one batch size does not tell where: on a CPU with AMX and AVX512-BF16 (2026-12-04) a prompt
+    verified alike in batches of 5 differed in the drafted run, at token 16, where one-token
+    decoding's top two logits were 0.08 apart. So: on every prompt, lookupdec's drafted output
+    equals plain greedy's, or differs first where one-token decoding's logits for the two
+    tokens are a near-tie (a drafter that accepted a token the model did not choose would not
+    be); and on at least one prompt it is identical.
     """
     from perf.speedup import llama_cpp_task_prompts
 
@@ -295,17 +314,23 @@ def test_gemma3_output_identical_wherever_llama_cpp_verifies_batch_invariantly(l
     plain_llm = load(llama_cpp, gemma3)
     prompts = [ids for _, ids in llama_cpp_task_prompts(plain_llm, instruct=False)]
     plain = [greedy(plain_llm, p, n) for p in prompts]
-    invariant = [verify_difference(plain_llm, p, n) is None for p in prompts]
-    del plain_llm
-    assert any(invariant), "llama.cpp verified no prompt batch-invariantly: nothing to compare"
     drafter = lookupdec.Drafter(n_draft=8, policy="hybrid")
     llm = load(llama_cpp, gemma3)
     draft_model = llm.draft_model = LookupDraftModel(
         drafter, stop=(llm.token_eos(),), n_vocab=llm.n_vocab(), adaptive=False
     )
-    for prompt, want, exact in zip(prompts, plain, invariant, strict=True):
+    identical = 0
+    for prompt, want in zip(prompts, plain, strict=True):
         got = list(draft_model.generate(llm, prompt, max_tokens=n, temp=0.0, top_k=1))
-        if exact:
-            assert got == want
+        if got == want:
+            identical += 1
+            continue
+        i = next((j for j, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want)))
+        assert i < min(len(got), len(want)), f"one output is a prefix of the other: {len(got)} and {len(want)} tokens"
+        row = one_token_row(plain_llm, prompt, want[:i])
+        assert int(row.argmax()) == want[i]  # plain greedy's choice, again
+        gap = float(row[want[i]] - row[got[i]])
+        assert gap < NEAR_TIE, f"token {i}: drafted {got[i]}, plain greedy {want[i]}, {gap:.3f} logits apart"
+    assert identical >= 1, "no prompt's drafted output equalled plain greedy's"
     assert drafter.stats.requests == len(prompts) and drafter.open_requests == 0
     assert drafter.stats.n_accept > 20  # "rename" and "answer" copy long spans of the prompt

@@ -31,11 +31,22 @@ llama.cpp.
 The adapter subclasses ``llama_cpp.llama_speculative.LlamaDraftModel`` when llama-cpp-python is
 installed and plain ``object`` otherwise (it only needs NumPy), so it can be used and tested
 without compiling llama.cpp.
+
+On a CPU with Intel AMX, llama-cpp-python 0.3.36 built for it (the default, ``GGML_NATIVE``)
+puts Q4_0, Q4_1 and Q8_0 weights in llama.cpp's AMX buffers, and its first forward pass can
+crash the process (a segmentation fault in ``ggml_backend_amx_mul_mat``, llama.cpp issue
+#20824; SmolLM2-135M Q4_1 does on this project's VM). Load the model inside :func:`no_repack`,
+llama.cpp's ``--no-repack``, to keep the weights in plain CPU buffers::
+
+    with no_repack(where_amx=True):
+        llm = Llama(model_path="model.gguf", logits_all=True)
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+import contextlib
+from collections.abc import Generator, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -53,6 +64,43 @@ else:
 
 LLAMA_CPP_AVAILABLE: bool = _DraftModelBase is not object
 """True when llama-cpp-python is installed and :class:`LookupDraftModel` is a ``LlamaDraftModel``."""
+
+
+def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this CPU has Intel AMX (read from Linux's ``/proc/cpuinfo``; False where it cannot be read)."""
+    try:
+        flags = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return "amx_int8" in flags or "amx_bf16" in flags or "amx_tile" in flags
+
+
+@contextlib.contextmanager
+def no_repack(where_amx: bool = False) -> Iterator[None]:
+    """Models loaded by ``llama_cpp.Llama(...)`` inside keep their weights out of llama.cpp's extra buffers.
+
+    This is llama.cpp's ``--no-repack`` (``use_extra_bufts = false``), which ``Llama`` does not
+    expose: the weights are not repacked for AMX (whose buffers crash llama-cpp-python 0.3.36 on
+    AMX CPUs, see the module's docs) or for the CPU's other repacked layouts. ``where_amx``:
+    only on a CPU with AMX (:func:`cpu_has_amx`); elsewhere the models load as usual.
+    """
+    if where_amx and not cpu_has_amx():
+        yield
+        return
+    import llama_cpp.llama_cpp as lib  # what Llama.__init__ calls for its default model parameters
+
+    default = lib.llama_model_default_params
+
+    def params() -> Any:
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    lib.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        lib.llama_model_default_params = default
 
 
 class LookupDraftModel(_DraftModelBase):
@@ -121,4 +169,4 @@ class LookupDraftModel(_DraftModelBase):
         self.follower.end(np.asarray(history).tolist() if history is not None else None)
 
 
-__all__ = ["LLAMA_CPP_AVAILABLE", "LookupDraftModel"]
+__all__ = ["LLAMA_CPP_AVAILABLE", "LookupDraftModel", "cpu_has_amx", "no_repack"]
