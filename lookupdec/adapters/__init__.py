@@ -60,7 +60,20 @@ class DraftLength:
     generation on the same engine (the costs are the engine's): engines' adapters keep theirs. After
     ``explore`` steps in a row without a draft, one token is drafted anyway, so that a text that
     becomes predictable again is noticed (then after twice as many, up to 64 times ``explore``,
-    while drafting still does not pay).
+    while drafting still does not pay). Those steps are counted per streak: "no draft" ends a
+    streak, so a streak whose table says "draft nothing" would otherwise never be observed again.
+
+    Within a streak of whole drafts, a length ``d`` that pays is probed one token further
+    (``d + 1`` is sent) when position ``d + 1`` has been reached less than half as often as
+    position ``d`` lately, after ``explore`` such steps (twice as many after each probe that is
+    not accepted whole, and at once again after one that is). A copy whose drafts were cut short
+    by what other text taught then lengthens them again. Each new generation (:meth:`start`)
+    resets these waits, as a new text may copy where the last ones did not.
+
+    Without exploring per streak, probing and the reset, learning on WikiText and code before
+    the edits kept the drafts there short where verification costs: measured on fake clocks with
+    the verify curves of docs/speedup.md, and in a real engine (docs/speedup.md, "The adaptive
+    length's waits").
     """
 
     def __init__(self, k: int, decay: float = 0.95, explore: int = 8, margin: float = 0.03) -> None:
@@ -79,16 +92,17 @@ class DraftLength:
         # per source and streak (the drafts accepted whole in a row just before, at most STREAKS - 1)
         self._accepted = [[[1.0] * (k + 1) for _ in range(STREAKS)] for _ in range(SOURCES)]
         self._tried = [[[1.0] * (k + 1) for _ in range(STREAKS)] for _ in range(SOURCES)]
+        # the same tables' positions reached lately: every position decays with each observation
+        # of its table (the ones past the draft with nothing added), so that choose() sees which
+        # lengths have not been tried for a while
+        self._recent = [[[0.0] * (k + 1) for _ in range(STREAKS)] for _ in range(SOURCES)]
         # the sources drafts came from so far: a source the drafter never uses (the llama
         # policy's SUFFIX) must not make choose() ask for drafts on its untried optimism
         self._seen = [True] + [False] * (SOURCES - 1)
         self._streak = 0
-        # steps without a draft, and the steps to wait before exploring: index 0 for choose(),
-        # 1 + source for fit() (a source cut to nothing is explored too, or it would never be
-        # measured again)
-        self._idle = [0] * (SOURCES + 1)
-        self._patience = [explore] * (SOURCES + 1)
-        self._explored = False  # the last choose() was an exploring draft: fit() keeps it
+        self._reset_waits()
+        self._probing = False  # the last choose() probed one position further
+        self._explored = False  # the last choose() was an exploring (or probing) draft: fit() keeps it
         self._chosen_costs = [1.0] * (k + 1)  # the costs choose() used: fit() comes in the same step
 
     def observe_step(self, verified: int, seconds: float) -> None:
@@ -104,22 +118,45 @@ class DraftLength:
         """``accepted`` of a draft's first ``drafted`` tokens were accepted (a step of the same generation).
 
         ``source``: where the draft came from (:data:`RULE` or :data:`SUFFIX`)."""
+        probed, self._probing = self._probing, False
         if drafted <= 0:
             self._streak = 0
             return
         self._seen[source] = True
         d = self.decay
         s = self._streak
+        if probed and accepted >= drafted:
+            self._probe_patience[s] = 1  # the probe was accepted: probe again at once, until the table follows
         tried = self._tried[source][s]
         ok = self._accepted[source][s]
         for i in range(1, min(drafted, self.k) + 1):
             tried[i] = tried[i] * d + 1.0
             ok[i] = ok[i] * d + (1.0 if i <= accepted else 0.0)
+        recent = self._recent[source][s]
+        for i in range(1, self.k + 1):
+            recent[i] = recent[i] * d + (1.0 if i <= drafted else 0.0)
         self._streak = min(s + 1, STREAKS - 1) if accepted >= drafted else 0
 
     def start(self) -> None:
-        """A new generation begins: its first draft follows no accepted one."""
+        """A new generation begins: its first draft follows no accepted one, and exploring starts afresh.
+
+        What was learned stays (the engine's costs, the acceptance), but the waits before
+        exploring and probing go back to ``explore``: a new text may copy its prompt where the
+        last ones did not, and after a few texts that never paid the wait would outlast it.
+        """
         self._streak = 0
+        self._reset_waits()
+
+    def _reset_waits(self) -> None:
+        # steps without a draft, and the steps to wait before exploring, per slot and streak:
+        # slot 0 for choose(), 1 + source for fit() (a source cut to nothing is explored too, or
+        # it would never be measured again)
+        self._idle = [[0] * STREAKS for _ in range(SOURCES + 1)]
+        self._patience = [[self.explore] * STREAKS for _ in range(SOURCES + 1)]
+        # steps of a streak that could have probed one position further, and the steps to wait
+        # before probing, per streak
+        self._probe_idle = [0] * STREAKS
+        self._probe_patience = [self.explore] * STREAKS
 
     def acceptance(self, source: int = RULE) -> list[float]:
         """The learned acceptance of the 1st..k-th drafted token (given the ones before), next from ``source``."""
@@ -164,12 +201,39 @@ class DraftLength:
                 best, best_rate = d, rate
         return best
 
+    def _may_pay_further(self, costs: list[float], source: int, best: int) -> bool:
+        """Would a draft of ``best + 1`` pay more than one of ``best`` if its last token were always accepted?
+
+        If not, the cost stops the draft there, not the acceptance: probing cannot help."""
+        accept = self.acceptance(source)
+        expected, run = 1.0, 1.0
+        for i in range(best):
+            run *= accept[i]
+            expected += run
+        return (expected + run) / costs[best + 1] > expected / costs[best]
+
     def choose(self) -> int:
         """The draft length to ask for now (0..k): the longest that pays for a draft from any source seen so far.
 
         Cut the draft to :meth:`fit` once its source is known."""
         costs = self._chosen_costs = self.costs()
-        best = max(self._best(costs, s) for s in range(SOURCES) if self._seen[s])
+        best, source = max(((self._best(costs, s), s) for s in range(SOURCES) if self._seen[s]), key=lambda b: b[0])
+        s = self._streak
+        if s > 0 and 0 < best < self.k and self._may_pay_further(costs, source, best):
+            # Probe one position further where it has been reached less than half as often as
+            # the last one that pays lately: in a copy, the table may hold what other text
+            # taught. Each probe that is not accepted whole doubles the wait for the next, as
+            # exploring does, so that a text where it is rejected pays for few (one accepted
+            # sets the wait to 1 in observe_accept: the table needs several to follow).
+            recent = self._recent[source][s]
+            if recent[best + 1] < 0.5 * recent[best]:
+                self._probe_idle[s] += 1
+                if self._probe_idle[s] >= self._probe_patience[s]:
+                    self._probe_idle[s] = 0
+                    self._probe_patience[s] = min(max(2 * self._probe_patience[s], self.explore), 64 * self.explore)
+                    self._explore(0, best)  # a draft is sent: the idle count restarts
+                    self._probing = self._explored = True
+                    return best + 1
         self._explored = self._explore(0, best)
         return 1 if self._explored else best
 
@@ -185,17 +249,18 @@ class DraftLength:
 
     def _explore(self, slot: int, best: int) -> bool:
         """Count a step whose best draft length was ``best`` in ``slot``; True: explore one token now."""
+        idle, patience, s = self._idle[slot], self._patience[slot], self._streak
         if best > 0:
-            self._idle[slot] = 0
-            self._patience[slot] = self.explore
+            idle[s] = 0
+            patience[s] = self.explore
             return False
-        self._idle[slot] += 1
-        if self._idle[slot] < self._patience[slot]:
+        idle[s] += 1
+        if idle[s] < patience[s]:
             return False
         # Explore one token; if that does not make drafting pay, wait twice as long next time
         # (a text that never drafts well pays for a few exploring steps, not 1 in 8).
-        self._idle[slot] = 0
-        self._patience[slot] = min(2 * self._patience[slot], 64 * self.explore)
+        idle[s] = 0
+        patience[s] = min(2 * patience[s], 64 * self.explore)
         return True
 
 
