@@ -5,7 +5,9 @@ noisy as the machine. Its acceptance is teacher-forced (the model's token is the
 so what the adapters' :class:`lookupdec.adapters.DraftLength` decides depends only on the
 texts and on the verify cost curve, ``T(n)`` for ``n`` tokens verified. This replays the same
 windows (``perf.speedup.teacher_forced_workloads``: WikiText, code, edits) through
-``HistoryFollower`` and ``DraftLength`` themselves, in the same order (rounds x texts x windows,
+``HistoryFollower`` and ``DraftLength`` themselves (with ``--grounded-work``, the ``code``
+windows come from the pinned releases' ``.py`` files instead of this repository's code, which
+moves with every commit), in the same order (rounds x texts x windows,
 one controller per drafter kept across its generations, as perf speedup and the engines' adapters
 keep it), on a clock that advances ``T(len(draft) + 1)`` per step. The decisions are the
 controller's; the timing is exact (whole microseconds), so runs repeat and differences are the
@@ -148,6 +150,19 @@ def replay(
         namespace["time"] = real_time
 
 
+def pinned_code(w: Any, work: Path, n: int, context: int, new: int) -> Any:
+    """``w``, or for the ``code`` text windows of the pinned releases' ``.py`` files instead (``perf policy``'s
+    ``code`` set, built in ``work``).
+
+    perf speedup's ``code`` text is this repository's own ``lookupdec/``: every commit that
+    touches it moves the windows, and with them a replay by a few percent. The releases' files
+    do not move."""
+    from perf.grounded_data import code_tokens
+    from perf.speedup import _windows
+
+    return _windows(code_tokens(work), n, context, new, "code") if w.name == "code" else w
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m perf.length_replay",
@@ -162,7 +177,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--context", type=int, default=512, help="prompt tokens of a window (default: 512)")
     p.add_argument("--new-tokens", type=int, default=64, help="tokens generated per window (default: 64)")
     p.add_argument("--rounds", type=int, default=2, help="rounds over the windows (default: 2)")
-    p.add_argument("--grounded-work", type=Path, help="perf grounded-data's folder (default: the shipped sample)")
+    p.add_argument(
+        "--grounded-work", type=Path,
+        help="perf grounded-data's folder: the edits from all its pairs, the code from its releases' .py files "
+        "(default: the shipped edit sample, and this repository's code, which moves with every commit)",
+    )  # fmt: skip
     p.add_argument("--baseline", metavar="REV", help="also replay DraftLength as git revision REV has it")
     p.add_argument(
         "--orders", type=int, default=1,
@@ -198,6 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as e:
         p.error(str(e))
+    if args.grounded_work is not None:
+        workloads = [pinned_code(w, args.grounded_work, args.prompts, args.context, args.new_tokens) for w in workloads]
     if args.orders < 1:
         p.error("--orders: at least 1")
     runs = [replay(curve, k, workloads, variants, args.rounds, seed) for seed in range(args.orders)]

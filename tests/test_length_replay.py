@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from lookupdec.adapters import DraftLength
-from perf.length_replay import REPO, draft_length_at, main, replay, window_order
+from perf.length_replay import REPO, draft_length_at, main, pinned_code, replay, window_order
 from perf.speedup import Workload
 
 
@@ -55,6 +56,20 @@ def test_window_orders() -> None:
     assert shuffled != ordered and sorted(map(str, shuffled)) == sorted(map(str, ordered))
     assert sorted(map(str, shuffled[:4])) == sorted(map(str, ordered[:4]))  # each round holds every window once
     assert window_order([a, b], 2, 1) == shuffled  # seeded
+
+
+def test_code_windows_come_from_the_pinned_releases(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import perf.grounded_data
+
+    released = list(range(5000, 6000))
+    monkeypatch.setattr(perf.grounded_data, "code_tokens", lambda work: released if work == tmp_path else [])
+    other = copy_workload(2)
+    assert pinned_code(other, tmp_path, 2, 100, 20) is other  # only the code text is replaced
+    code = pinned_code(Workload("code", [[1]], [[2]]), tmp_path, 2, 100, 20)
+    assert code.name == "code" and code.truth is not None and len(code.prompts) == 2
+    for prompt, truth in zip(code.prompts, code.truth, strict=True):
+        start = prompt[0] - 5000
+        assert prompt == released[start : start + 100] and truth == released[start + 100 : start + 120]
 
 
 def test_main_prints_every_drafter_and_text(capsys: pytest.CaptureFixture[str]) -> None:
