@@ -202,6 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bad := [d for d in drafters if d not in DRAFTERS]:
         p.error(f"--drafters: unknown {', '.join(bad)} (choose from {', '.join(DRAFTERS)})")
 
+    if args.orders < 1:
+        p.error("--orders: at least 1")
+
     from lookupdec.adapters import DraftLength
     from perf.speedup import teacher_forced_workloads
 
@@ -219,8 +222,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(str(e))
     if args.grounded_work is not None:
         workloads = [pinned_code(w, args.grounded_work, args.prompts, args.context, args.new_tokens) for w in workloads]
-    if args.orders < 1:
-        p.error("--orders: at least 1")
     runs = [replay(curve, k, workloads, variants, args.rounds, seed) for seed in range(args.orders)]
     texts = [w.name for w in workloads]
     print(f"verify curve, ms for 1..{k + 1} tokens: {' '.join(f'{c:g}' for c in curve[: k + 1])}; k = {k}; "
