@@ -19,8 +19,9 @@ geometric mean over the texts, and the tokens per step. ``--baseline REV`` also 
 as ``DRAFTER@REV``: the change to the controller, side by side.
 
 A curve is milliseconds for 1..k+1 tokens (docs/speedup.md prints each run's). Small differences
-(a few percent) between controllers can flip with the path (a rounding of the clock changes a
-near-tie), so compare on several curves and numbers of windows.
+(a few percent) between controllers can flip with the path: what a controller learned on the
+windows before decides what it drafts on the next. So compare over several orders (``--orders``),
+curves and numbers of windows.
 
     python -m perf.length_replay --curve 89.2,119.8,167.9,205.7,264.8 --grounded-work /work/grounded
     python -m perf.length_replay --curve 100,157,214,271,328,385,442,499,556 --prompts 8 --baseline HEAD~1
