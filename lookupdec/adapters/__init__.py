@@ -75,8 +75,8 @@ class DraftLength:
     Without exploring per streak, probing and the reset, learning on WikiText and code before
     the edits kept the drafts there short where verification costs: on fake clocks with the
     verify curves of docs/speedup.md (``python -m perf length-replay``), the edits gain 9-19 %
-    with them. Real engines, noisier, measured level (docs/speedup.md, "The adaptive length's
-    waits").
+    with them. Real engines, noisier, measured level or up to 5 % behind, within their noise
+    (docs/speedup.md, "The adaptive length's waits").
     """
 
     def __init__(self, k: int, decay: float = 0.95, explore: int = 8, margin: float = 0.03) -> None:
