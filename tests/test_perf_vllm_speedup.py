@@ -1,0 +1,96 @@
+"""perf vllm-speedup's parent side: configs, argument checks, and the table from the workers' results.
+
+The workers themselves need vLLM: ``.ci/run`` runs the command in its vLLM environment."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perf import vllm_speedup as vs
+
+
+def test_speculative_configs() -> None:
+    assert vs.speculative_config("none", 4) is None
+    assert vs.speculative_config("vllm-ngram", 4) == {"method": "ngram", "num_speculative_tokens": 4}
+    ngram = vs.speculative_config("vllm-ngram/2-5", 8)
+    assert ngram is not None and (ngram["prompt_lookup_min"], ngram["prompt_lookup_max"]) == (2, 5)
+    for policy in ("llama", "hybrid"):
+        spec = vs.speculative_config(policy, 3)
+        assert spec == {"method": "custom_class", "model": "lookupdec.adapters.vllm.LookupProposer",
+                        "num_speculative_tokens": 3}  # fmt: skip
+    with pytest.raises(ValueError, match="unknown config 'eagle'"):
+        vs.speculative_config("eagle", 4)
+
+
+def test_bad_arguments_fail_before_any_worker(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def no_worker(*args: Any) -> list[Any]:
+        raise AssertionError("a worker started")
+
+    monkeypatch.setattr(vs, "run_worker", no_worker)
+    with pytest.raises(ValueError, match="unknown config 'eagle'"):
+        vs.main(["--python", sys.executable, "--configs", "none,eagle"])
+    with pytest.raises(SystemExit):
+        vs.main(["--python", sys.executable, "--configs", "llama"])
+    assert "must include none" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        vs.main(["--python", "/nonexistent/python"])
+    assert "/nonexistent/python: no such file" in capsys.readouterr().err
+
+
+def test_table_from_worker_results(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = list(range(101))
+    # what the workers report per config: 100 decoded tokens; "none" in 1.0 s after a 0.2 s
+    # prefill, "llama" in 0.5 s with 60 of 80 drafted tokens accepted (40 steps), the same output;
+    # "hybrid" in 0.25 s but with another output
+    results = {
+        "none": dict(prefill=0.2, total=1.2, accepted=0.0, drafted=0.0, output=plain),
+        "llama": dict(prefill=0.2, total=0.7, accepted=60.0, drafted=80.0, output=plain),
+        "hybrid": dict(prefill=0.2, total=0.45, accepted=60.0, drafted=80.0, output=[*plain[:-1], 7]),
+    }
+    seen: list[tuple[str, int]] = []
+
+    def fake_worker(python: str, model_dir: Path, config: str, k: int, args: Any, prompts: Path) -> list[Any]:
+        assert json.loads(prompts.read_text()) == [["rename", [1, 2, 3]]]
+        seen.append((config, k))
+        return [dict(name="rename", **results[config])]
+
+    monkeypatch.setattr(vs, "export_smollm2", lambda out: out)
+    monkeypatch.setattr(vs, "chat_prompts", lambda model_dir: [("rename", [1, 2, 3])])
+    monkeypatch.setattr(vs, "run_worker", fake_worker)
+    out = tmp_path / "out.json"
+    argv = ["--python", sys.executable, "--configs", "none,llama,hybrid", "--rounds", "2", "--json", str(out)]
+    assert vs.main(argv) == 0
+    # every config once per round, the order rotated between rounds
+    assert seen == [("none", 4), ("llama", 4), ("hybrid", 4), ("llama", 4), ("hybrid", 4), ("none", 4)]
+    rows = {r["drafter"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["none"]["speedup"] == pytest.approx(1.0)
+    assert rows["llama"]["speedup"] == pytest.approx(2.0)
+    assert rows["llama"]["tokens_per_step"] == pytest.approx(100 / 40)
+    assert rows["hybrid"]["speedup"] == pytest.approx(4.0)
+    assert "outputs identical to no speculation: NO: hybrid k=4 rename" in capsys.readouterr().out
+
+
+def test_check_fails_where_no_draft_was_accepted(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def fake_worker(python: str, model_dir: Path, config: str, k: int, args: Any, prompts: Path) -> list[Any]:
+        accepted = 30.0 if config == "llama" else 0.0  # vllm-ngram: nothing accepted
+        return [dict(name="rename", prefill=0.1, total=1.1, accepted=accepted, drafted=40.0, output=list(range(65)))]
+
+    monkeypatch.setattr(vs, "export_smollm2", lambda out: out)
+    monkeypatch.setattr(vs, "chat_prompts", lambda model_dir: [("rename", [1, 2, 3])])
+    monkeypatch.setattr(vs, "run_worker", fake_worker)
+    argv = ["--python", sys.executable, "--configs", "none,vllm-ngram,llama", "--rounds", "1"]
+    assert vs.main(argv) == 0
+    assert vs.main([*argv, "--check"]) == 1
+    assert "no draft token accepted on any prompt: vllm-ngram k=4" in capsys.readouterr().err
+    assert vs.main(["--python", sys.executable, "--configs", "none,llama", "--rounds", "1", "--check"]) == 0
