@@ -21,7 +21,9 @@ as ``DRAFTER@REV``: the change to the controller, side by side.
 A curve is milliseconds for 1..k+1 tokens (docs/speedup.md prints each run's). Small differences
 (a few percent) between controllers can flip with the path: what a controller learned on the
 windows before decides what it drafts on the next. So compare over several orders (``--orders``),
-curves and numbers of windows.
+curves and numbers of windows. ``--burst N,FACTOR`` slows the first N windows FACTOR times, as
+another job's load does on a shared machine: what the controller measured then must not keep
+it from drafting after.
 
     python -m perf.length_replay --curve 89.2,119.8,167.9,205.7,264.8 --grounded-work /work/grounded
     python -m perf.length_replay --curve 100,157,214,271,328,385,442,499,556 --prompts 8 --baseline HEAD~1
@@ -104,10 +106,13 @@ def replay(
     variants: dict[str, tuple[str, type]],
     rounds: int = 2,
     seed: int = 0,
+    burst: tuple[int, int] = (0, 1),
 ) -> dict[tuple[str, str], Totals]:
     """Replay every variant (name -> (policy, DraftLength class)) over the windows; totals per (name, text).
 
-    ``seed``: the windows' order (:func:`window_order`)."""
+    ``seed``: the windows' order (:func:`window_order`). ``burst`` = (n, factor): the first n
+    windows run ``factor`` times slower, as under another job's load on a shared machine (plain
+    greedy's time too)."""
     import lookupdec
     import lookupdec.adapters as adapters
     from lookupdec.adapters import HistoryFollower
@@ -126,7 +131,8 @@ def replay(
     try:
         controllers = {name: cls(k) for name, (_, cls) in variants.items()}
         out: dict[tuple[str, str], Totals] = {}
-        for text, prompt, truth in window_order(workloads, rounds, seed):
+        for i, (text, prompt, truth) in enumerate(window_order(workloads, rounds, seed)):
+            slow = burst[1] if i < burst[0] else 1
             for name, (policy, _) in variants.items():
                 follower = HistoryFollower(lookupdec.Drafter(n_draft=k, policy=policy), adaptive=controllers[name])
                 history = list(prompt)
@@ -134,7 +140,7 @@ def replay(
                 start, pos = clock.now, 0
                 while pos < len(truth):
                     draft = follower.propose(history, k)
-                    clock.now += curve[len(draft)]
+                    clock.now += curve[len(draft)] * slow
                     t.steps += 1
                     n = 0
                     while n < len(draft) and pos + n < len(truth) and draft[n] == truth[pos + n]:
@@ -144,7 +150,7 @@ def replay(
                     pos += len(step)
                 follower.end(history)
                 t.seconds += clock.now - start
-                t.plain += pos * curve[0]
+                t.plain += pos * curve[0] * slow
                 t.tokens += pos
         return out
     finally:
@@ -189,7 +195,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="replay N orders of the windows: perf speedup's, then N - 1 seeded shuffles (texts mixed); "
         "report means over them (default: 1)",
     )  # fmt: skip
+    p.add_argument(
+        "--burst", default="0,1", metavar="N,FACTOR",
+        help="the first N windows of each order run FACTOR (a whole number) times slower, as under another "
+        "job's load (default: none)",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    try:
+        n_burst, factor = (int(x) for x in args.burst.split(","))
+    except ValueError:
+        p.error(f"--burst: expected N,FACTOR as two whole numbers, got {args.burst!r}")
+    if n_burst < 0 or factor < 1:
+        p.error("--burst: N must be >= 0 and FACTOR >= 1")
     try:
         curve = [float(x) for x in args.curve.split(",")]
     except ValueError:
@@ -223,11 +240,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(str(e))
     if args.grounded_work is not None:
         workloads = [pinned_code(w, args.grounded_work, args.prompts, args.context, args.new_tokens) for w in workloads]
-    runs = [replay(curve, k, workloads, variants, args.rounds, seed) for seed in range(args.orders)]
+    runs = [replay(curve, k, workloads, variants, args.rounds, seed, (n_burst, factor)) for seed in range(args.orders)]
     texts = [w.name for w in workloads]
+    slower = f", the first {n_burst} windows {factor}x slower" if n_burst else ""
     print(f"verify curve, ms for 1..{k + 1} tokens: {' '.join(f'{c:g}' for c in curve[: k + 1])}; k = {k}; "
           f"{args.prompts} windows of {args.new_tokens} tokens per text, {args.rounds} rounds, "
-          f"{args.orders} order(s)")  # fmt: skip
+          f"{args.orders} order(s){slower}")  # fmt: skip
     print(f"{'drafter':<20} {'geomean':>8}  " + "  ".join(f"{t + ' (x / tok/step)':>26}" for t in texts))
     for name in variants:
         # per text: the geometric mean of the orders' speedups, and the mean tokens per step

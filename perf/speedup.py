@@ -13,7 +13,12 @@ with the KV cache, as an engine runs it. Drafters run side by side in one proces
   as long as pays off (the adapters' default, ``DraftLength``: up to k; one per variant and k,
   kept across its generations as an engine's adapter keeps it);
 - ``llama/fixed``, ``hybrid/fixed``: the same, always drafting up to k (``adaptive=False``);
-- ``lcp-pld`` (``--engine llama-cpp``): llama-cpp-python's own ``LlamaPromptLookupDecoding``.
+- ``lcp-pld`` (``--engine llama-cpp``): llama-cpp-python's own ``LlamaPromptLookupDecoding``;
+- with ``--baseline REV``, ``NAME@REV`` beside each adaptive lookupdec drafter: the same, its
+  ``DraftLength`` as git revision REV has it (a change to the controller, in the real engine).
+
+``--burst START,SECONDS`` puts a busy process on every core for SECONDS, from START seconds after
+the first generation: another job's load on a shared machine, on purpose.
 
 Engines and models:
 
@@ -384,13 +389,54 @@ def transformers_run(
     )  # fmt: skip
 
 
+ADAPTIVE: Final = ("llama", "hybrid", "hybrid+static")
+"""The lookupdec drafters whose draft length ``DraftLength`` chooses (``--baseline`` runs them twice)."""
+
+
 def controller(controllers: dict[tuple[str, int], Any], name: str, k: int) -> Any:
-    """The DraftLength a drafter variant keeps across its generations, as an engine's adapter does (False: fixed)."""
+    """The DraftLength a drafter variant keeps across its generations, as an engine's adapter does (False: fixed).
+
+    ``NAME@REV`` (``--baseline REV``): ``DraftLength`` as git revision REV has it."""
     from lookupdec.adapters import DraftLength
 
     if name.endswith("/fixed"):
         return False
-    return controllers.setdefault((name, k), DraftLength(k))
+    if (name, k) not in controllers:
+        _, at, rev = name.partition("@")
+        if at:
+            from perf.length_replay import draft_length_at
+
+            controllers[(name, k)] = draft_length_at(rev)(k)
+        else:
+            controllers[(name, k)] = DraftLength(k)
+    return controllers[(name, k)]
+
+
+def _burn(until: float) -> None:
+    while time.time() < until:
+        pass
+
+
+def load_burst(start: float, seconds: float) -> list[Any]:
+    """From ``start`` seconds on, for ``seconds``, a busy process on every core (another job's load, on
+    purpose: ``--burst``); the processes, to join at the end."""
+    import multiprocessing
+    import os
+
+    if seconds <= 0:
+        return []
+    begin = time.time() + start
+    procs = []
+    for _ in range(os.cpu_count() or 1):
+        proc = multiprocessing.Process(target=_burst_worker, args=(begin, begin + seconds), daemon=True)
+        proc.start()
+        procs.append(proc)
+    return procs
+
+
+def _burst_worker(begin: float, until: float) -> None:
+    time.sleep(max(0.0, begin - time.time()))
+    _burn(until)
 
 
 def lookupdec_proposer(name: str, static: Any, k: int, eos: frozenset[int], n_vocab: int, adaptive: Any) -> Any:
@@ -588,6 +634,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="edits: the folder of `python -m perf grounded-data --work DIR` (default: the tests' 3-pair sample)",
     )
+    p.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run the adaptive lookupdec drafters with DraftLength as git revision REV has it (NAME@REV)",
+    )
+    p.add_argument(
+        "--burst",
+        default="0,0",
+        metavar="START,SECONDS",
+        help="load every core with a busy process for SECONDS, from START seconds after the first "
+        "generation (another job's load, on purpose; default: none)",
+    )
     p.add_argument("--quick", action="store_true", help="CI: the small model, k=4, 1 round, 1 prompt, 48 tokens")
     p.add_argument("--json", help="write the runs, rows and curves here")
     p.add_argument("--plot", help="write a PNG plot here")
@@ -595,6 +653,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.model, args.k, args.rounds, args.prompts, args.new_tokens, args.context = "small", "4", 1, 1, 48, 256
     ks = [int(x) for x in args.k.split(",")]
+    try:
+        args.burst = tuple(float(x) for x in args.burst.split(","))
+        if len(args.burst) != 2 or min(args.burst) < 0:
+            raise ValueError
+    except ValueError:
+        p.error(f"--burst: expected START,SECONDS, two numbers >= 0, got {args.burst!r}")
     bad = [t for t in args.texts.split(",") if t not in TEXTS]
     if bad:
         p.error(f"--texts: unknown {', '.join(bad)}; choose from {', '.join(TEXTS)}")
@@ -636,6 +700,9 @@ def _drafter_names(args: argparse.Namespace, engine_pld: str) -> list[str]:
         if bad:
             raise SystemExit(f"perf speedup: unknown drafter(s) {', '.join(bad)}: choose from {', '.join(names)}")
         names = [n for n in names if n in wanted]
+    if args.baseline:
+        # each adaptive drafter beside its baseline, in the rotation of every window
+        names = [v for n in names for v in ([n, f"{n}@{args.baseline}"] if n in ADAPTIVE else [n])]
     return names
 
 
@@ -687,6 +754,7 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
     outputs: dict[tuple[str, int], list[int]] = {}
     identical = True
     turn = 0
+    burst = load_burst(*args.burst)
     for _ in range(args.rounds):
         for w in workloads:
             for i, prompt in enumerate(w.prompts):
@@ -713,6 +781,8 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
                         elif outputs[key] != run.output:
                             identical = False
                             print(f"OUTPUT DIFFERS: {w.name} prompt {i} k={k} {name}", file=sys.stderr)
+    for proc in burst:
+        proc.terminate()
     title = f"transformers, {args.model}"
     meta = dict(note=note, title=title, engine="transformers", model=args.model, identical=identical)
     return runs, curves, meta
@@ -750,6 +820,7 @@ def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict
     outputs: dict[str, list[int]] = {}
     identical = True
     turn = 0
+    burst = load_burst(*args.burst)
     for _ in range(args.rounds):
         for w in workloads:
             prompt = w.prompts[0]
@@ -776,6 +847,8 @@ def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict
                     elif outputs[w.name] != run.output:
                         identical = False
                         print(f"OUTPUT DIFFERS: {w.name} k={k} {name}", file=sys.stderr)
+    for proc in burst:
+        proc.terminate()
     note = (
         f"llama-cpp-python, {label}, {threads} thread(s): the model's own greedy output; "
         "steps for a draft model are its calls; tok/s excludes the prefill"

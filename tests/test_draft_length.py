@@ -70,6 +70,54 @@ def test_costs_not_measured_are_taken_from_the_nearest() -> None:
     assert only_long.costs() == pytest.approx([2.0, 4.0, 6.0, 8.0, 10.0])  # below: proportional to n
 
 
+def test_a_stale_cost_counts_at_most_as_the_fresh_ones_imply() -> None:
+    def measured(dear: float, cheap: float) -> DraftLength:
+        ctl = DraftLength(4, stale=10)
+        ctl.observe_step(5, dear)  # step 1
+        ctl.observe_step(4, cheap)  # step 2
+        for _ in range(5):  # steps 3..12
+            ctl.observe_step(1, 2.0)
+            ctl.observe_step(2, 3.0)
+        return ctl
+
+    ctl = measured(20.0, 4.0)
+    # T(5), measured 11 steps ago, is stale: at most the line through the two nearest fresh
+    # costs, T(2) and T(4) (measured 10 steps ago: still fresh), extended: 4.5
+    assert ctl.costs() == pytest.approx([2.0, 3.0, 3.5, 4.0, 4.5])
+    ctl.observe_step(5, 20.0)
+    assert ctl.costs()[4] == 20.0  # measured anew: the stale average is dropped, not diluted
+    assert measured(4.2, 4.0).costs() == pytest.approx([2.0, 3.0, 3.5, 4.0, 4.2])  # below the line: kept
+    lone = DraftLength(4, stale=10)
+    lone.observe_step(5, 20.0)
+    for _ in range(11):
+        lone.observe_step(1, 2.0)
+    assert lone.costs()[4] == 20.0  # one fresh cost draws no line: the stale one is kept
+
+
+def test_a_burst_of_load_does_not_keep_drafts_short() -> None:
+    # A copy drafted while another job loads the machine (every step 5x slower); the load ends
+    # while the text's drafts are rejected, so only some lengths are measured again; then a copy.
+    # The costs measured under the load look dear, and lengths that look dear are not drafted:
+    # without their going stale, the controller never drafts k again (it stays at 3).
+    k = 4
+
+    def run(ctl: DraftLength, steps: int, accept: bool, slow: float) -> list[int]:
+        lengths = []
+        for _ in range(steps):
+            d = ctl.choose()
+            lengths.append(d)
+            ctl.observe_step(d + 1, (1.0 + 0.1 * d) * slow)
+            ctl.observe_accept(d, d if accept else 0)
+        return lengths
+
+    for stale, drafts_whole in ((DraftLength(k).stale, True), (10**9, False)):
+        ctl = DraftLength(k, stale=stale)
+        assert k in run(ctl, 50, True, 5.0)
+        run(ctl, 100, False, 1.0)
+        tail = run(ctl, 400, True, 1.0)[-100:]
+        assert (tail == [k] * 100) is drafts_whole, tail
+
+
 def test_explores_after_idle_steps_less_and_less_often() -> None:
     ctl = trained(4, lambda n: float(n), 0, 4)
     choices = [ctl.choose() for _ in range(8 + 16 + 32)]

@@ -47,6 +47,21 @@ def test_the_clock_is_exact_so_replays_repeat() -> None:
     assert totals(curve) == totals(curve)
 
 
+def test_a_burst_slows_the_clock_of_its_windows_only() -> None:
+    curve = [89.2, 119.8, 167.9, 205.7, 264.8]
+    variants: dict[str, tuple[str, type]] = {"llama": ("llama", DraftLength)}
+    calm = replay(curve, 4, [copy_workload()], variants)
+    # every window 3x slower: every cost 3x, so the same decisions, 3x the time, the same speedup
+    slow = replay(curve, 4, [copy_workload()], variants, burst=(100, 3))
+    c, s = calm[("llama", "copy")], slow[("llama", "copy")]
+    assert (s.steps, s.tokens) == (c.steps, c.tokens)
+    assert s.seconds == 3 * c.seconds and s.plain == 3 * c.plain
+    # the first window alone: plain greedy's time grows by 2x that window's share
+    first = replay(curve, 4, [copy_workload()], variants, burst=(1, 3))[("llama", "copy")]
+    assert first.plain == c.plain + 2 * c.plain / 8  # 8 windows (2 rounds of 4), all as long
+    assert first.seconds > c.seconds
+
+
 def test_window_orders() -> None:
     a, b = copy_workload(3), Workload("other", [[1, 2]], [[3]])
     ordered = window_order([a, b], 2, 0)
@@ -91,6 +106,8 @@ def test_main_prints_every_drafter(capsys: pytest.CaptureFixture[str]) -> None:
         (["--curve", "90,120", "--k", "3"], "k up to 1"),
         (["--curve", "90,120", "--drafters", "suffix"], "unknown suffix"),
         (["--curve", "90,120", "--orders", "0"], "at least 1"),
+        (["--curve", "90,120", "--burst", "3"], "N,FACTOR as two whole numbers"),
+        (["--curve", "90,120", "--burst", "3,0"], "FACTOR >= 1"),
     ],
 )
 def test_bad_arguments_are_refused_clearly(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

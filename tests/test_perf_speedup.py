@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
+from typing import Any
+
 import pytest
 
+from perf.length_replay import REPO
 from perf.speedup import Run, summarize
 
 
@@ -103,3 +107,46 @@ def test_a_model_its_engine_cannot_run_is_refused(
         main(["--engine", engine, "--model", model])
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_baseline_runs_beside_each_adaptive_drafter() -> None:
+    import argparse
+
+    from perf.speedup import _drafter_names
+
+    args = argparse.Namespace(drafters="none,llama,hybrid+static,hybrid/fixed", baseline="HEAD~1")
+    names = _drafter_names(args, "hf-pld")
+    assert names == ["none", "llama", "llama@HEAD~1", "hybrid+static", "hybrid+static@HEAD~1", "hybrid/fixed"]
+
+
+@pytest.mark.skipif(
+    shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs the project's git checkout"
+)
+def test_a_baseline_controller_is_the_revisions() -> None:
+    from lookupdec.adapters import DraftLength
+    from perf.speedup import controller
+
+    controllers: dict[tuple[str, int], Any] = {}
+    old = controller(controllers, "hybrid@HEAD", 4)
+    assert type(old).__name__ == "DraftLength@HEAD" and isinstance(old, DraftLength)
+    assert controller(controllers, "hybrid@HEAD", 4) is old  # kept across generations
+    assert type(controller(controllers, "hybrid", 4)) is DraftLength
+    assert controller(controllers, "hybrid/fixed", 4) is False
+
+
+def test_a_burst_loads_every_core_for_its_seconds(capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import time
+
+    from perf.speedup import load_burst, main
+
+    procs = load_burst(0.0, 0.3)
+    assert len(procs) == (os.cpu_count() or 1) and all(p.is_alive() for p in procs)
+    deadline = time.time() + 10
+    for p in procs:
+        p.join(max(0.0, deadline - time.time()))
+    assert not any(p.is_alive() for p in procs)  # they end by themselves
+    assert load_burst(5.0, 0.0) == []
+    with pytest.raises(SystemExit):
+        main(["--burst", "5"])
+    assert "START,SECONDS" in capsys.readouterr().err

@@ -26,6 +26,23 @@ SUFFIX = 1
 """A draft of the hybrid policy's suffix match alone (llama.cpp's rule drafted nothing there, or was replaced)."""
 
 
+def _line(points: list[tuple[int, float]], n: int) -> float:
+    """The cost at ``n`` on the line through the two points of ``points`` (sorted, 2 or more) nearest to it.
+
+    Between two points, interpolated; past the last, extended (at least the last cost); before
+    the first, extended back (between the first cost and that cost scaled to ``n``)."""
+    lower = [p for p in points if p[0] < n]
+    upper = [p for p in points if p[0] > n]
+    if lower and upper:
+        (a, ca), (b, cb) = lower[-1], upper[0]
+        return ca + (cb - ca) * (n - a) / (b - a)
+    if lower:
+        (a, ca), (b, cb) = lower[-2], lower[-1]
+        return max(cb, cb + (cb - ca) * (n - b) / (b - a))
+    (a, ca), (b, cb) = upper[0], upper[1]
+    return min(ca, max(ca * n / a, ca - (cb - ca) * (a - n) / (b - a)))
+
+
 class DraftLength:
     """How many drafted tokens to send, so that drafting never makes generation slower.
 
@@ -72,6 +89,11 @@ class DraftLength:
     again. Each new generation (:meth:`start`) resets these waits, as a new text may copy where
     the last ones did not.
 
+    A cost not measured for ``stale`` steps counts at most what the fresh costs imply
+    (:meth:`costs`): on a shared machine a burst of another job's load makes the lengths
+    measured during it look dear, and a length that looks dear is never sent to be measured
+    again.
+
     Without exploring per streak, probing and the reset, learning on WikiText and code before
     the edits kept the drafts there short where verification costs: on fake clocks with the
     verify curves of docs/speedup.md (``python -m perf length-replay``), the edits gain 9-19 %
@@ -79,9 +101,11 @@ class DraftLength:
     (docs/speedup.md, "The adaptive length's waits").
     """
 
-    def __init__(self, k: int, decay: float = 0.95, explore: int = 8, margin: float = 0.03) -> None:
+    def __init__(self, k: int, decay: float = 0.95, explore: int = 8, margin: float = 0.03, stale: int = 128) -> None:
         self.k = k
         """The longest draft."""
+        self.stale = stale
+        """Steps after which a cost not measured since is taken as never measured (see :meth:`costs`)."""
         self.margin = margin
         """How much faster (a fraction) a draft must promise to be than no draft: estimates are noisy."""
         self.decay = decay
@@ -91,6 +115,8 @@ class DraftLength:
         # decayed sums: step seconds and step counts by tokens verified (index n: n tokens)
         self._cost = [0.0] * (k + 2)
         self._cost_w = [0.0] * (k + 2)
+        self._cost_at = [0] * (k + 2)  # the step (observe_step's count) that last measured each
+        self._steps = 0
         # decayed counts by draft position (index i: the i-th drafted token, 1-based), one table
         # per source and streak (the drafts accepted whole in a row just before, at most STREAKS - 1)
         self._accepted = [[[1.0] * (k + 1) for _ in range(STREAKS)] for _ in range(SOURCES)]
@@ -112,10 +138,15 @@ class DraftLength:
         """A step verified ``verified`` tokens (the draft and the model's own) in ``seconds``."""
         if not 1 <= verified <= self.k + 1 or seconds <= 0:
             return
-        # Each length keeps its own recent average: a cost is the engine's, and a length not
-        # drafted for a while costs what it cost last time.
+        self._steps += 1
+        if self._steps - self._cost_at[verified] > self.stale:
+            # Measured again after being stale: the old average may be a burst of load's (on a
+            # shared machine); diluted into the new one, it would keep the length dear for good.
+            self._cost[verified] = self._cost_w[verified] = 0.0
+        # Each length keeps its own recent average: a cost is the engine's.
         self._cost[verified] = self._cost[verified] * self.decay + seconds
         self._cost_w[verified] = self._cost_w[verified] * self.decay + 1.0
+        self._cost_at[verified] = self._steps
 
     def observe_accept(self, drafted: int, accepted: int, source: int = RULE) -> None:
         """``accepted`` of a draft's first ``drafted`` tokens were accepted (a step of the same generation).
@@ -173,8 +204,20 @@ class DraftLength:
         Measured where measured, interpolated in between; above the longest step measured, as
         that step (optimistic: longer drafts get tried); below the shortest, proportional to n
         (pessimistic: a shorter step gets tried, and measured). Nothing measured: all 1.
+
+        A cost last measured more than :attr:`stale` steps ago is not trusted above what the
+        fresh ones imply: it counts as at most the line through the two nearest fresh costs
+        (interpolated between them, else extended). A burst of load on a shared machine makes the
+        lengths measured during it look dear, and a length that looks dear is not drafted, so
+        never measured again. (In a real run, 0.5B float32 in transformers, three windows slowed
+        5x by another job left one controller drafting nothing and another one token per step
+        on copied text for the 45 windows that followed, where 2 tokens per step paid.)
         """
+        now = self._steps
         known = [(n, self._cost[n] / self._cost_w[n]) for n in range(1, self.k + 2) if self._cost_w[n] > 0.01]
+        fresh = [(n, c) for n, c in known if now - self._cost_at[n] <= self.stale]
+        if len(fresh) >= 2:
+            known = [(n, c if now - self._cost_at[n] <= self.stale else min(c, _line(fresh, n))) for n, c in known]
         if not known:
             return [1.0] * (self.k + 1)
         out = []
