@@ -94,11 +94,21 @@ def test_a_stale_cost_counts_at_most_as_the_fresh_ones_imply() -> None:
     assert lone.costs()[4] == 20.0  # one fresh cost draws no line: the stale one is kept
 
 
+def test_a_step_under_half_the_average_restarts_it() -> None:
+    ctl = DraftLength(4)
+    for _ in range(30):
+        ctl.observe_step(3, 10.0)  # under another job's load
+    ctl.observe_step(3, 2.0)  # the load has ended: the average restarts
+    assert ctl.costs()[2] == 2.0
+    ctl.observe_step(3, 6.0)  # a slow step (over twice the average) is only averaged in
+    assert ctl.costs()[2] == pytest.approx((2.0 * 0.95 + 6.0) / 1.95)
+
+
 def test_a_burst_of_load_does_not_keep_drafts_short() -> None:
     # A copy drafted while another job loads the machine (every step 5x slower); the load ends
     # while the text's drafts are rejected, so only some lengths are measured again; then a copy.
     # The costs measured under the load look dear, and lengths that look dear are not drafted:
-    # without their going stale, the controller never drafts k again (it stays at 3).
+    # with costs that never go stale nor restart, the controller never drafts k again (it stays at 3).
     k = 4
 
     def run(ctl: DraftLength, steps: int, accept: bool, slow: float) -> list[int]:
@@ -110,8 +120,15 @@ def test_a_burst_of_load_does_not_keep_drafts_short() -> None:
             ctl.observe_accept(d, d if accept else 0)
         return lengths
 
-    for stale, drafts_whole in ((DraftLength(k).stale, True), (10**9, False)):
-        ctl = DraftLength(k, stale=stale)
+    class NeverForgets(DraftLength):
+        """The costs as they were before 2026-12-05: a decayed average per length, never restarted."""
+
+        def observe_step(self, verified: int, seconds: float) -> None:
+            self._cost[verified] = self._cost[verified] * self.decay + seconds
+            self._cost_w[verified] = self._cost_w[verified] * self.decay + 1.0
+
+    for cls, drafts_whole in ((DraftLength, True), (NeverForgets, False)):
+        ctl = cls(k)
         assert k in run(ctl, 50, True, 5.0)
         run(ctl, 100, False, 1.0)
         tail = run(ctl, 400, True, 1.0)[-100:]

@@ -89,10 +89,10 @@ class DraftLength:
     again. Each new generation (:meth:`start`) resets these waits, as a new text may copy where
     the last ones did not.
 
-    A cost not measured for ``stale`` steps counts at most what the fresh costs imply
-    (:meth:`costs`): on a shared machine a burst of another job's load makes the lengths
-    measured during it look dear, and a length that looks dear is never sent to be measured
-    again.
+    A cost not measured for ``stale`` steps counts at most what the fresh costs imply, and a
+    step under half its length's average restarts that average (:meth:`costs`): on a shared
+    machine a burst of another job's load makes the lengths measured during it look dear, and a
+    length that looks dear is never sent to be measured again, or too rarely to wash the load out.
 
     Without exploring per streak, probing and the reset, learning on WikiText and code before
     the edits kept the drafts there short where verification costs: on fake clocks with the
@@ -139,9 +139,11 @@ class DraftLength:
         if not 1 <= verified <= self.k + 1 or seconds <= 0:
             return
         self._steps += 1
-        if self._steps - self._cost_at[verified] > self.stale:
-            # Measured again after being stale: the old average may be a burst of load's (on a
-            # shared machine); diluted into the new one, it would keep the length dear for good.
+        w = self._cost_w[verified]
+        if self._steps - self._cost_at[verified] > self.stale or (w > 0 and seconds < 0.5 * self._cost[verified] / w):
+            # Measured again after being stale, or under half its average: the old average is
+            # likely a burst of load's (on a shared machine; load only ever slows a step), and
+            # diluted into the new one it would keep the length dear long after the load ended.
             self._cost[verified] = self._cost_w[verified] = 0.0
         # Each length keeps its own recent average: a cost is the engine's.
         self._cost[verified] = self._cost[verified] * self.decay + seconds
@@ -205,13 +207,14 @@ class DraftLength:
         that step (optimistic: longer drafts get tried); below the shortest, proportional to n
         (pessimistic: a shorter step gets tried, and measured). Nothing measured: all 1.
 
-        A cost last measured more than :attr:`stale` steps ago is not trusted above what the
-        fresh ones imply: it counts as at most the line through the two nearest fresh costs
-        (interpolated between them, else extended). A burst of load on a shared machine makes the
-        lengths measured during it look dear, and a length that looks dear is not drafted, so
-        never measured again. (In a real run, 0.5B float32 in transformers, three windows slowed
-        5x by another job left one controller drafting nothing and another one token per step
-        on copied text for the 45 windows that followed, where 2 tokens per step paid.)
+        A length's average starts afresh when a step takes under half of it (the load that made it
+        dear has ended) or after it went stale. A cost last measured more than :attr:`stale` steps
+        ago is not trusted above what the fresh ones imply: it counts as at most the line through
+        the two nearest fresh costs (interpolated between them, else extended). A burst of load on a
+        shared machine makes the lengths measured during it look dear, and a length that looks dear
+        is not drafted, so never measured again. (In a real run, 0.5B float32 in transformers, three
+        windows slowed 5x by another job left one controller drafting nothing for the 45 windows
+        that followed, and another drafting one token per step on copied text, where two paid.)
         """
         now = self._steps
         known = [(n, self._cost[n] / self._cost_w[n]) for n in range(1, self.k + 2) if self._cost_w[n] > 0.01]
