@@ -412,11 +412,6 @@ def controller(controllers: dict[tuple[str, int], Any], name: str, k: int) -> An
     return controllers[(name, k)]
 
 
-def _burn(until: float) -> None:
-    while time.time() < until:
-        pass
-
-
 def load_burst(start: float, seconds: float) -> list[Any]:
     """From ``start`` seconds on, for ``seconds``, a busy process on every core (another job's load, on
     purpose: ``--burst``); the processes, to join at the end."""
@@ -436,7 +431,8 @@ def load_burst(start: float, seconds: float) -> list[Any]:
 
 def _burst_worker(begin: float, until: float) -> None:
     time.sleep(max(0.0, begin - time.time()))
-    _burn(until)
+    while time.time() < until:  # busy: the load
+        pass
 
 
 def lookupdec_proposer(name: str, static: Any, k: int, eos: frozenset[int], n_vocab: int, adaptive: Any) -> Any:
