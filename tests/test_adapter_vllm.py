@@ -267,6 +267,20 @@ def test_settings_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
     assert proposer.drafter.policy == "hybrid" and proposer.drafter.policy_state is not None
     assert proposer.propose([[2]], [3], rows) == [[3]]  # llama.cpp's draft first, as with "llama"
     proposer.close()
+    assert proposer.drafter.policy_state.target_waste10 == 19  # the hybrid policy's default, 1.9
+    monkeypatch.setenv("LOOKUPDEC_TARGET_WASTE", "0.5")
+    proposer = LookupProposer(vllm_config(5, 100))
+    assert proposer.drafter.policy_state.target_waste10 == 5
+    proposer.close()
+    for bad, message in (("less", "must be a number"), ("-1", r"must be in \[0, 64\]")):
+        monkeypatch.setenv("LOOKUPDEC_TARGET_WASTE", bad)
+        with pytest.raises(ValueError, match=f"LOOKUPDEC_TARGET_WASTE.*{message}"):
+            LookupProposer(vllm_config(5, 100))
+    monkeypatch.setenv("LOOKUPDEC_TARGET_WASTE", "0.5")
+    monkeypatch.setenv("LOOKUPDEC_POLICY", "llama")
+    with pytest.raises(ValueError, match=r"steers the hybrid policy's drafts.*LOOKUPDEC_POLICY=llama"):
+        LookupProposer(vllm_config(5, 100))
+    monkeypatch.delenv("LOOKUPDEC_TARGET_WASTE")
     monkeypatch.setenv("LOOKUPDEC_POLICY", "best")
     with pytest.raises(ValueError, match="policy 'best'"):
         LookupProposer(vllm_config(5, 100))

@@ -133,19 +133,29 @@ def test_pad_drafts_fills_every_column() -> None:
 
 
 def test_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for var in ("LOOKUPDEC_STATIC", "LOOKUPDEC_DYNAMIC", "LOOKUPDEC_POLICY", "LOOKUPDEC_SAVE_INTERVAL"):
-        monkeypatch.delenv(var, raising=False)
+    for var in ("STATIC", "DYNAMIC", "POLICY", "TARGET_WASTE", "SAVE_INTERVAL"):
+        monkeypatch.delenv(f"LOOKUPDEC_{var}", raising=False)
     kwargs, interval = read_options(None)
-    assert kwargs == {"static": None, "dynamic": None, "policy": "llama"} and interval == 30.0
+    assert kwargs == {"static": None, "dynamic": None, "policy": "llama", "target_waste": None} and interval == 30.0
     dyn = str(tmp_path / "dyn.bin")
     monkeypatch.setenv("LOOKUPDEC_POLICY", "hybrid")
     monkeypatch.setenv("LOOKUPDEC_SAVE_INTERVAL", "5")
     kwargs, interval = read_options({"dynamic": dyn})
-    assert kwargs == {"static": None, "dynamic": dyn, "policy": "hybrid"} and interval == 5.0  # env for the rest
+    assert kwargs == {"static": None, "dynamic": dyn, "policy": "hybrid", "target_waste": None} and interval == 5.0
+    monkeypatch.setenv("LOOKUPDEC_TARGET_WASTE", "0.5")
+    assert read_options(None)[0]["target_waste"] == 0.5  # the environment, for a key not given
+    assert read_options({"target_waste": 1})[0]["target_waste"] == 1.0
+    drafter = drafter_from_options({"target_waste": 0.7}, 4)
+    assert drafter.policy == "hybrid" and drafter.policy_state.target_waste10 == 7
+    with pytest.raises(ValueError, match=r"speculator_options\['target_waste'\].*steers the hybrid policy"):
+        read_options({"policy": "llama", "target_waste": 1.0})
+    with pytest.raises(ValueError, match=r"speculator_options\['target_waste'\] must be a number"):
+        read_options({"target_waste": "low"})
+    monkeypatch.delenv("LOOKUPDEC_TARGET_WASTE")
     assert read_options({"save_interval": 0})[1] == 0.0
     drafter = drafter_from_options({"dynamic": dyn, "policy": "llama"}, 6)
     assert drafter.n_draft == 6 and drafter.policy == "llama" and drafter.dynamic_path == dyn
-    with pytest.raises(ValueError, match=r"unknown key.*'statik'.*static, dynamic, policy, save_interval"):
+    with pytest.raises(ValueError, match=r"unknown key.*'statik'.*policy, target_waste, save_interval"):
         read_options({"statik": "x"})
     with pytest.raises(ValueError, match=r"speculator_options\['save_interval'\]"):
         read_options({"save_interval": -1})

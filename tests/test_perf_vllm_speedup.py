@@ -25,6 +25,15 @@ def test_speculative_configs() -> None:
                         "num_speculative_tokens": 3}  # fmt: skip
     with pytest.raises(ValueError, match="unknown config 'eagle'"):
         vs.speculative_config("eagle", 4)
+    # the hybrid policy at another waste target: the same proposer, steered by its environment
+    assert vs.speculative_config("hybrid/w0.5", 4) == vs.speculative_config("hybrid", 4)
+    assert vs.lookupdec_env("hybrid/w0.5") == {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_TARGET_WASTE": "0.5"}
+    assert vs.lookupdec_env("llama") == {"LOOKUPDEC_POLICY": "llama"} and vs.lookupdec_env("vllm-ngram") == {}
+    for bad in ("hybrid/wsome", "hybrid/w65"):
+        with pytest.raises(ValueError, match="not a number of tokens per step"):
+            vs.speculative_config(bad, 4)
+    with pytest.raises(ValueError, match="unknown config 'llama/w1'"):
+        vs.speculative_config("llama/w1", 4)
 
 
 def test_bad_arguments_fail_before_any_worker(
@@ -52,9 +61,9 @@ def test_table_from_worker_results(
     # prefill, "llama" in 0.5 s with 60 of 80 drafted tokens accepted (40 steps), the same output;
     # "hybrid" in 0.25 s but with another output
     results = {
-        "none": dict(prefill=0.2, total=1.2, accepted=0.0, drafted=0.0, output=plain),
-        "llama": dict(prefill=0.2, total=0.7, accepted=60.0, drafted=80.0, output=plain),
-        "hybrid": dict(prefill=0.2, total=0.45, accepted=60.0, drafted=80.0, output=[*plain[:-1], 7]),
+        "none": dict(prefill=0.2, total=1.2, accepted=0.0, drafted=0.0, outputs=[plain]),
+        "llama": dict(prefill=0.2, total=0.7, accepted=60.0, drafted=80.0, outputs=[plain]),
+        "hybrid": dict(prefill=0.2, total=0.45, accepted=60.0, drafted=80.0, outputs=[[*plain[:-1], 7]]),
     }
     seen: list[tuple[str, int]] = []
 
@@ -84,7 +93,7 @@ def test_check_fails_where_no_draft_was_accepted(
 ) -> None:
     def fake_worker(python: str, model_dir: Path, config: str, k: int, args: Any, prompts: Path) -> list[Any]:
         accepted = 30.0 if config == "llama" else 0.0  # vllm-ngram: nothing accepted
-        return [dict(name="rename", prefill=0.1, total=1.1, accepted=accepted, drafted=40.0, output=list(range(65)))]
+        return [dict(name="rename", prefill=0.1, total=1.1, accepted=accepted, drafted=40.0, outputs=[list(range(65))])]
 
     monkeypatch.setattr(vs, "export_smollm2", lambda out: out)
     monkeypatch.setattr(vs, "chat_prompts", lambda model_dir: [("rename", [1, 2, 3])])
@@ -94,3 +103,53 @@ def test_check_fails_where_no_draft_was_accepted(
     assert vs.main([*argv, "--check"]) == 1
     assert "no draft token accepted on any prompt: vllm-ngram k=4" in capsys.readouterr().err
     assert vs.main(["--python", sys.executable, "--configs", "none,llama", "--rounds", "1", "--check"]) == 0
+
+
+def test_batch_counts_every_request(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # two requests at once, 51 tokens each: 50 decoded each (the first comes from the prefill),
+    # 100 in all; "llama" had 60 drafted tokens accepted, so 40 verification steps over the two
+    first, second = list(range(51)), list(range(100, 151))
+    results = {
+        "none": dict(prefill=0.5, total=2.5, accepted=0.0, drafted=0.0, outputs=[first, second]),
+        "llama": dict(prefill=0.5, total=1.0, accepted=60.0, drafted=90.0, outputs=[first, second]),
+    }
+    batches: list[bool] = []
+
+    def fake_worker(python: str, model_dir: Path, config: str, k: int, args: Any, prompts: Path) -> list[Any]:
+        batches.append(args.batch)
+        return [dict(name=vs.batch_name(2), **results[config])]
+
+    monkeypatch.setattr(vs, "export_smollm2", lambda out: out)
+    monkeypatch.setattr(vs, "chat_prompts", lambda model_dir: [("rename", [1, 2, 3]), ("code", [4, 5])])
+    monkeypatch.setattr(vs, "run_worker", fake_worker)
+    out = tmp_path / "out.json"
+    argv = ["--python", sys.executable, "--configs", "none,llama", "--rounds", "1", "--batch", "--json", str(out)]
+    assert vs.main(argv) == 0
+    assert batches == [True, True]
+    rows = {r["drafter"]: r for r in json.loads(out.read_text())["rows"]}
+    assert {r["workload"] for r in rows.values()} == {"batch-2"}
+    assert rows["none"]["tokens_per_s"] == pytest.approx(100 / 2.0)
+    assert rows["llama"]["speedup"] == pytest.approx(4.0)
+    assert rows["llama"]["tokens_per_step"] == pytest.approx(100 / 40)
+    printed = capsys.readouterr().out
+    assert "all 2 requests at once" in printed and "outputs identical to no speculation: yes" in printed
+
+
+def test_worker_command_says_batch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import argparse
+    import subprocess
+
+    commands: list[list[str]] = []
+
+    def fake_run(cmd: list[str], **kwargs: Any) -> Any:
+        commands.append(cmd)
+        Path(cmd[-2]).write_text("[]")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    for batch in (False, True):
+        args = argparse.Namespace(threads=0, new_tokens=8, dtype="float32", batch=batch)
+        assert vs.run_worker(sys.executable, tmp_path, "none", 4, args, tmp_path / "p.json") == []
+    assert [c[-1] for c in commands] == ["single", "batch"]

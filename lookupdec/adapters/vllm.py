@@ -15,7 +15,9 @@ vLLM builds ``LookupProposer(vllm_config)`` and calls :meth:`LookupProposer.prop
 for the whole batch. vLLM's speculative config takes no extra keys, so lookupdec's settings come
 from environment variables: ``LOOKUPDEC_STATIC`` (static cache file), ``LOOKUPDEC_DYNAMIC``
 (dynamic cache file: loaded at start, saved with a locked merge as requests end and when the
-process exits), ``LOOKUPDEC_POLICY`` (drafting policy: ``llama``, the default, or ``hybrid``) and
+process exits), ``LOOKUPDEC_POLICY`` (drafting policy: ``llama``, the default, or ``hybrid``),
+``LOOKUPDEC_TARGET_WASTE`` (the hybrid policy's ``target_waste``: rejected drafted tokens per step
+it steers to, default 1.9; lower it where verifying tokens costs, as in batches on a CPU) and
 ``LOOKUPDEC_SAVE_INTERVAL`` (seconds between two saves of the dynamic file while requests end;
 default 30, 0 saves after every step that ended one). The draft length is vLLM's
 ``num_speculative_tokens``. vLLM's ``custom_class`` method is experimental upstream.
@@ -93,6 +95,7 @@ import lookupdec
 # The per-step row loop is compiled with the fast path (it calls any Drafter's requests, the
 # reference's too, through their methods; lookupdec.fast's natively).
 from lookupdec.adapters._vllm_rows import RowTracker
+from lookupdec.rules import check_target_waste
 
 RUNNER_FRAMES = 3
 """Caller frames searched for vLLM's model runner: its ``propose_draft_token_ids`` calls the
@@ -178,12 +181,29 @@ class IntervalSaver:
                 self._ended_at_save = ended
 
 
+def target_waste_from_env(policy: str) -> float | None:
+    """``LOOKUPDEC_TARGET_WASTE``: the hybrid policy's rejected drafted tokens per step (None: its default)."""
+    raw = os.environ.get("LOOKUPDEC_TARGET_WASTE") or None
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"LOOKUPDEC_TARGET_WASTE must be a number of tokens per step, not {raw!r}") from None
+    try:
+        check_target_waste(value, policy)
+    except ValueError as e:
+        raise ValueError(f"LOOKUPDEC_TARGET_WASTE={raw}: {e} (LOOKUPDEC_POLICY={policy})") from None
+    return value
+
+
 def drafter_from_env(n_draft: int) -> Any:
-    """A :class:`lookupdec.Drafter` configured by ``LOOKUPDEC_STATIC``/``_DYNAMIC``/``_POLICY``."""
+    """A :class:`lookupdec.Drafter` configured by ``LOOKUPDEC_STATIC``/``_DYNAMIC``/``_POLICY``/``_TARGET_WASTE``."""
     static = os.environ.get("LOOKUPDEC_STATIC") or None
     dynamic = os.environ.get("LOOKUPDEC_DYNAMIC") or None
     policy = os.environ.get("LOOKUPDEC_POLICY") or "llama"
-    return lookupdec.Drafter(static=static, dynamic=dynamic, n_draft=n_draft, policy=policy)
+    target_waste = target_waste_from_env(policy)
+    return lookupdec.Drafter(static=static, dynamic=dynamic, n_draft=n_draft, policy=policy, target_waste=target_waste)
 
 
 class LookupProposer:

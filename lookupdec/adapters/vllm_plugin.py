@@ -19,10 +19,11 @@ lookupdec.adapters.vllm_plugin:register``, which vLLM calls in every process it 
 ``register_speculative_method``. On a vLLM without that function (0.33 and older) it does
 nothing.
 
-``speculator_options`` keys (all optional): ``static``, ``dynamic``, ``policy`` and
-``save_interval``. They mean what ``LOOKUPDEC_STATIC``, ``LOOKUPDEC_DYNAMIC``,
-``LOOKUPDEC_POLICY`` and ``LOOKUPDEC_SAVE_INTERVAL`` mean for the 0.33 adapter, and those
-variables are read for any key not given.
+``speculator_options`` keys (all optional): ``static``, ``dynamic``, ``policy``,
+``target_waste`` and ``save_interval``. They mean what ``LOOKUPDEC_STATIC``,
+``LOOKUPDEC_DYNAMIC``, ``LOOKUPDEC_POLICY``, ``LOOKUPDEC_TARGET_WASTE`` and
+``LOOKUPDEC_SAVE_INTERVAL`` mean for the 0.33 adapter, and those variables are read for any key
+not given.
 
 The interface, read from the released ``vllm==0.34.0`` wheel:
 
@@ -63,7 +64,8 @@ from typing import Any
 
 import lookupdec
 from lookupdec.adapters._vllm_rows import propose_within
-from lookupdec.adapters.vllm import save_interval_from_env
+from lookupdec.adapters.vllm import save_interval_from_env, target_waste_from_env
+from lookupdec.rules import check_target_waste
 
 METHOD = "lookupdec"
 """The ``speculative_config["method"]`` that selects lookupdec in vLLM 0.34+."""
@@ -71,7 +73,7 @@ METHOD = "lookupdec"
 CONFIG_CLASS = "lookupdec.adapters.vllm_v2.LookupdecSpeculatorConfig"
 """The qualified name registered, imported by vLLM only when the method is used."""
 
-OPTIONS = ("static", "dynamic", "policy", "save_interval")
+OPTIONS = ("static", "dynamic", "policy", "target_waste", "save_interval")
 """The ``speculator_options`` keys lookupdec reads."""
 
 
@@ -89,7 +91,7 @@ def register() -> None:
 
 
 def read_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], float]:
-    """The :class:`lookupdec.Drafter` keyword arguments (``static``, ``dynamic``, ``policy``) and
+    """The :class:`lookupdec.Drafter` keyword arguments (``static``, ``dynamic``, ``policy``, ``target_waste``) and
     the save interval in seconds that ``speculator_options`` ask for.
 
     Keys not given fall back to the ``LOOKUPDEC_*`` environment variables. An unknown key, or
@@ -108,6 +110,17 @@ def read_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], flo
     static = options.get("static") or os.environ.get("LOOKUPDEC_STATIC") or None
     dynamic = options.get("dynamic") or os.environ.get("LOOKUPDEC_DYNAMIC") or None
     policy = options.get("policy") or os.environ.get("LOOKUPDEC_POLICY") or "llama"
+    waste = options.get("target_waste")
+    if waste is None:
+        target_waste = target_waste_from_env(policy)
+    elif isinstance(waste, (int, float)) and not isinstance(waste, bool):
+        target_waste = float(waste)
+        try:
+            check_target_waste(target_waste, policy)
+        except ValueError as e:
+            raise ValueError(f"speculator_options['target_waste']: {e}") from None
+    else:
+        raise ValueError(f"speculator_options['target_waste'] must be a number of tokens per step, not {waste!r}")
     interval = options.get("save_interval")
     if interval is None:
         save_interval = save_interval_from_env()
@@ -115,7 +128,7 @@ def read_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], flo
         save_interval = float(interval)
     else:
         raise ValueError(f"speculator_options['save_interval'] must be a number of seconds >= 0, not {interval!r}")
-    return dict(static=static, dynamic=dynamic, policy=policy), save_interval
+    return dict(static=static, dynamic=dynamic, policy=policy, target_waste=target_waste), save_interval
 
 
 def drafter_from_options(options: Mapping[str, Any] | None, n_draft: int) -> Any:
