@@ -42,6 +42,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from lookupdec.rules import MAX_TARGET_WASTE, check_target_waste
+
 if TYPE_CHECKING:
     from perf.speedup import Run
 
@@ -56,13 +58,10 @@ docstring says what each is)."""
 
 def lookupdec_env(config: str) -> dict[str, str]:
     """The ``LOOKUPDEC_*`` environment a worker of ``config`` runs with (none for vLLM's own configs)."""
-    policy, _, waste = config.partition("/w")
-    if policy not in ("llama", "hybrid") or (waste and policy != "hybrid"):
+    policy, sep, waste = config.partition("/w")
+    if policy not in ("llama", "hybrid") or (sep and policy != "hybrid"):
         return {}
-    env = {"LOOKUPDEC_POLICY": policy}
-    if waste:
-        env["LOOKUPDEC_TARGET_WASTE"] = waste
-    return env
+    return {"LOOKUPDEC_POLICY": policy, **({"LOOKUPDEC_TARGET_WASTE": waste} if sep else {})}
 
 
 DEFAULT_MODEL_DIR: Final = Path.home() / ".cache" / "lookupdec" / "smollm2-135m-instruct-hf"
@@ -132,20 +131,19 @@ def speculative_config(config: str, k: int) -> dict[str, Any] | None:
         return {"method": "ngram", "num_speculative_tokens": k}
     if config == "vllm-ngram/2-5":
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
-    if lookupdec_env(config):
-        waste = lookupdec_env(config).get("LOOKUPDEC_TARGET_WASTE")
-        if waste is not None and not _is_waste(waste):
-            raise ValueError(f"config {config!r}: {waste!r} is not a number of tokens per step in [0, 64]")
+    env = lookupdec_env(config)
+    if env:
+        waste = env.get("LOOKUPDEC_TARGET_WASTE")
+        if waste is not None:
+            try:  # the adapter's own check, before a worker starts vLLM only to fail on it
+                check_target_waste(float(waste), "hybrid")
+            except ValueError:
+                raise ValueError(
+                    f"config {config!r}: {waste!r} is not a number of tokens per step in [0, {MAX_TARGET_WASTE:g}]"
+                ) from None
         proposer = "lookupdec.adapters.vllm.LookupProposer"
         return {"method": "custom_class", "model": proposer, "num_speculative_tokens": k}
     raise ValueError(f"unknown config {config!r}: choose from {', '.join(CONFIGS)}, hybrid/wW")
-
-
-def _is_waste(raw: str) -> bool:
-    try:
-        return 0.0 <= float(raw) <= 64.0
-    except ValueError:
-        return False
 
 
 def _counters(llm: Any) -> dict[str, float]:

@@ -29,7 +29,7 @@ def test_speculative_configs() -> None:
     assert vs.speculative_config("hybrid/w0.5", 4) == vs.speculative_config("hybrid", 4)
     assert vs.lookupdec_env("hybrid/w0.5") == {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_TARGET_WASTE": "0.5"}
     assert vs.lookupdec_env("llama") == {"LOOKUPDEC_POLICY": "llama"} and vs.lookupdec_env("vllm-ngram") == {}
-    for bad in ("hybrid/wsome", "hybrid/w65"):
+    for bad in ("hybrid/wsome", "hybrid/w65", "hybrid/w"):
         with pytest.raises(ValueError, match="not a number of tokens per step"):
             vs.speculative_config(bad, 4)
     with pytest.raises(ValueError, match="unknown config 'llama/w1'"):

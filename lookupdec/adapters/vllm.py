@@ -17,7 +17,7 @@ from environment variables: ``LOOKUPDEC_STATIC`` (static cache file), ``LOOKUPDE
 (dynamic cache file: loaded at start, saved with a locked merge as requests end and when the
 process exits), ``LOOKUPDEC_POLICY`` (drafting policy: ``llama``, the default, or ``hybrid``),
 ``LOOKUPDEC_TARGET_WASTE`` (the hybrid policy's ``target_waste``: rejected drafted tokens per step
-it steers to, default 1.9; lower it where verifying tokens costs, as in batches on a CPU) and
+it steers to, default 1.9; its controller moves slowly, over thousands of steps) and
 ``LOOKUPDEC_SAVE_INTERVAL`` (seconds between two saves of the dynamic file while requests end;
 default 30, 0 saves after every step that ended one). The draft length is vLLM's
 ``num_speculative_tokens``. vLLM's ``custom_class`` method is experimental upstream.
