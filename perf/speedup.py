@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import statistics
 import sys
 import time
@@ -207,11 +208,32 @@ def teacher_forced_workloads(
     return out
 
 
-def task_prompts() -> list[tuple[str, str, bool]]:
+TASK_SETS: Final = 4
+"""How many distinct sets of the four tasks :func:`task_prompts` can make."""
+
+# Set 1 and on of task_prompts: the source of other material for each of its four tasks.
+_METHODS: Final = ("    def propose(", "    def observe_step(", "    def fit(")  # adapters/__init__.py
+_DOCSTRINGS: Final = ("adapters/vllm.py", "adapters/vllm_plugin.py", "reference/hybrid.py")  # module docs
+_CLASSES: Final = (  # code to continue: (file in the package, where it starts)
+    ("adapters/transformers.py", "class Verifier"),
+    ("adapters/vllm.py", "class LookupProposer"),
+    ("adapters/_vllm_rows.py", "class RowTracker"),
+)
+
+
+def task_prompts(sets: int = 1) -> list[tuple[str, str, bool]]:
     """(name, text, chat): prompts from real tasks, built from files shipped with lookupdec and ../shared.
+
+    Set 0 is rename ``history`` in a method, summarize a README, answer from a WikiText
+    article, continue code. Each further set (up to :data:`TASK_SETS`) is the same four tasks
+    on other material, named ``rename-2`` and so on: another method (``self`` renamed), another
+    module's documentation, the next WikiText article, another class. Distinct prompts let an
+    engine run many requests at once without one copying another.
 
     lookupdec's files are read from the imported package, not the checkout: the wheel check runs
     the tests from a copy of ``tests/`` and ``perf/`` with no source tree beside them."""
+    if not 1 <= sets <= TASK_SETS:
+        raise ValueError(f"sets must be in 1..{TASK_SETS}, got {sets}")
     package = Path(lookupdec.__file__).parent
     src = (package / "adapters" / "__init__.py").read_text(encoding="utf-8")
     func = src[src.index("    def sync(") : src.index("    def propose(")]
@@ -220,7 +242,7 @@ def task_prompts() -> list[tuple[str, str, bool]]:
     passage = wiki[wiki.index(" = Robert Boulter = ") :][:1800]
     code = (package / "adapters" / "llama_cpp.py").read_text(encoding="utf-8")
     code = code[code.index("class LookupDraftModel") :][:1400]
-    return [
+    out = [
         (
             "rename",
             f"Rewrite this Python method with `history` renamed to `seen`. Keep everything else.\n\n{func}",
@@ -230,6 +252,27 @@ def task_prompts() -> list[tuple[str, str, bool]]:
         ("answer", f"{passage}\n\nWho is Robert Boulter, and which plays and series did he appear in?", True),
         ("continue", code, False),
     ]
+    # the articles after Robert Boulter's: " = Title = " headings on a line of their own
+    articles = [m for m in re.finditer(r"\n = ([^=\n]+) = \n", wiki) if m.group(1) != "Robert Boulter"]
+    for i in range(sets - 1):
+        n = f"-{i + 2}"
+        start = src.index(_METHODS[i])
+        method = src[start : src.index("\n    def ", start + 1)][:1400]
+        doc_src = (package / _DOCSTRINGS[i]).read_text(encoding="utf-8")
+        doc = doc_src[doc_src.index('"""') + 3 :][:1500]
+        title = articles[i].group(1)
+        article = wiki[articles[i].start() + 1 :][:1800]
+        path, marker = _CLASSES[i]
+        cls = (package / path).read_text(encoding="utf-8")
+        cls = cls[cls.index(marker) :][:1400]
+        rename = "Rewrite this Python method with `self` renamed to `me`. Keep everything else."
+        out += [
+            ("rename" + n, f"{rename}\n\n{method}", True),
+            ("summarize" + n, f"Summarize this document, quoting its key facts.\n\n{doc}", True),
+            ("answer" + n, f"{article}\n\nWhat does this passage say about {title}? Answer with its key facts.", True),
+            ("continue" + n, cls, False),
+        ]  # fmt: skip
+    return out
 
 
 def llama_cpp_task_prompts(llm: Any, instruct: bool = True) -> list[tuple[str, list[int]]]:

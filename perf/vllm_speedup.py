@@ -13,7 +13,10 @@ once), with each of these speculative configs:
 - ``llama``, ``hybrid``: lookupdec's :class:`lookupdec.adapters.vllm.LookupProposer`
   (``method="custom_class"``) with llama.cpp's policy and the hybrid policy;
 - ``hybrid/wW``: the hybrid policy steered to ``W`` rejected drafted tokens per step
-  (``LOOKUPDEC_TARGET_WASTE``; ``hybrid`` is its default, 1.9).
+  (``LOOKUPDEC_TARGET_WASTE``; ``hybrid`` is its default, 1.9);
+- ``hybrid/adaptive``: the hybrid policy drafting, row by row, only the tokens likely enough to
+  pay for their share of the step's cost (``LOOKUPDEC_ADAPTIVE=1``,
+  :class:`lookupdec.adapters.BatchCost`).
 
 vLLM holds one engine per process, so every (round, config) runs in a fresh worker process,
 the configs' order rotated each round; an engine's start is not timed. A generation's decoding
@@ -51,13 +54,18 @@ if TYPE_CHECKING:
 # this module imports nothing of perf/ at its top, and main() imports perf.speedup.
 REPO: Final = Path(__file__).resolve().parents[1]
 
-CONFIGS: Final = ("none", "vllm-ngram", "vllm-ngram/2-5", "llama", "hybrid")
+ADAPTIVE: Final = "hybrid/adaptive"
+"""The hybrid policy drafting what pays for its share of the batch's step (``LOOKUPDEC_ADAPTIVE=1``)."""
+
+CONFIGS: Final = ("none", "vllm-ngram", "vllm-ngram/2-5", "llama", "hybrid", ADAPTIVE)
 """The speculative configs ``--configs`` chooses from by default, besides ``hybrid/wW`` (the module's
 docstring says what each is)."""
 
 
 def lookupdec_env(config: str) -> dict[str, str]:
     """The ``LOOKUPDEC_*`` environment a worker of ``config`` runs with (none for vLLM's own configs)."""
+    if config == ADAPTIVE:
+        return {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_ADAPTIVE": "1"}
     policy, sep, waste = config.partition("/w")
     if policy not in ("llama", "hybrid") or (sep and policy != "hybrid"):
         return {}
@@ -105,15 +113,15 @@ def export_smollm2(out: Path) -> Path:
     return out
 
 
-def chat_prompts(model_dir: Path) -> list[tuple[str, list[int]]]:
-    """(name, ids) of the task prompts, the instruct ones in the model's chat template."""
+def chat_prompts(model_dir: Path, n: int = 4) -> list[tuple[str, list[int]]]:
+    """(name, ids) of the first ``n`` task prompts, the instruct ones in the model's chat template."""
     from transformers import AutoTokenizer
 
     from perf.speedup import task_prompts
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     out = []
-    for name, text, chat in task_prompts():
+    for name, text, chat in task_prompts(-(-n // 4))[:n]:
         if chat:
             ids: Any = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
             ids = ids["input_ids"] if hasattr(ids, "keys") else ids
@@ -155,9 +163,19 @@ def _counters(llm: Any) -> dict[str, float]:
 
 
 def worker(
-    model_dir: str, config: str, k: int, new_tokens: int, dtype: str, prompts_file: str, out: str, batch: bool = False
+    model_dir: str,
+    config: str,
+    k: int,
+    new_tokens: int,
+    dtype: str,
+    prompts_file: str,
+    out: str,
+    batch: bool = False,
+    max_seqs: int = 0,
 ) -> None:
-    """In vLLM's Python: one engine with ``config``; time every prompt (``batch``: all at once); results to ``out``."""
+    """In vLLM's Python: one engine with ``config``; time every prompt (``batch``: all at once); results to ``out``.
+
+    ``max_seqs``: vLLM's ``max_num_seqs`` (0: its default)."""
     os.environ.update(lookupdec_env(config))
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -168,6 +186,8 @@ def worker(
         disable_log_stats=False, seed=0, skip_tokenizer_init=True,
         gpu_memory_utilization=0.25,  # on the CPU backend: the share of memory for the KV cache
     )  # fmt: skip
+    if max_seqs:
+        kwargs["max_num_seqs"] = max_seqs
     spec = speculative_config(config, k)
     if spec is not None:
         kwargs["speculative_config"] = spec
@@ -236,7 +256,7 @@ def run_worker(python: str, model_dir: Path, config: str, k: int, args: argparse
         env["OMP_NUM_THREADS"] = str(args.threads)
         env["VLLM_CPU_OMP_THREADS_BIND"] = "0" if args.threads == 1 else f"0-{args.threads - 1}"
     cmd = [python, "-m", "perf.vllm_speedup", "--worker", str(model_dir), config, str(k), str(args.new_tokens)]
-    cmd += [args.dtype, str(prompts), str(out), "batch" if args.batch else "single"]
+    cmd += [args.dtype, str(prompts), str(out), "batch" if args.batch else "single", str(args.max_seqs)]
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
     try:
         if proc.returncode != 0:
@@ -251,9 +271,11 @@ def run_worker(python: str, model_dir: Path, config: str, k: int, args: argparse
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--worker"]:
-        w = argv[1:9]
-        worker(w[0], w[1], int(w[2]), int(w[3]), w[4], w[5], w[6], batch=w[7:] == ["batch"])
+        w = argv[1:10]
+        worker(w[0], w[1], int(w[2]), int(w[3]), w[4], w[5], w[6], batch=w[7] == "batch", max_seqs=int(w[8]))
         return 0
+    from perf.speedup import TASK_SETS
+
     p = argparse.ArgumentParser(
         prog="python -m perf vllm-speedup",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
@@ -275,6 +297,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="generate the prompts all at once, as one batch (several requests in a server), not one at a time",
     )
+    p.add_argument(
+        "--prompts",
+        type=int,
+        default=4,
+        help=f"how many task prompts (default: 4; up to {4 * TASK_SETS}: the four tasks on other material)",
+    )
+    p.add_argument(
+        "--max-seqs",
+        type=int,
+        default=0,
+        help="vLLM's max_num_seqs: with --batch and more prompts, a steady batch of this many requests, "
+        "each finished one replaced by the next waiting (default: vLLM's)",
+    )
     p.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR, help="where the checkpoint is exported")
     p.add_argument("--json", help="write the runs and rows here")
     p.add_argument(
@@ -288,13 +323,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         speculative_config(c, 1)  # an unknown name fails here, before any worker starts
     if "none" not in configs:
         p.error("--configs must include none: speedups are over it")
+    if not 1 <= args.prompts <= 4 * TASK_SETS:
+        p.error(f"--prompts must be in 1..{4 * TASK_SETS}")
+    if args.max_seqs < 0:
+        p.error("--max-seqs must be >= 0")
     if not Path(args.python).is_file():
         p.error(f"--python {args.python}: no such file (build the vLLM environment as .ci/run does)")
     ks = [int(x) for x in args.k.split(",")]
     from perf.speedup import overall, print_table, summarize
 
     model_dir = export_smollm2(args.model_dir)
-    prompts = chat_prompts(model_dir)
+    prompts = chat_prompts(model_dir, args.prompts)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(prompts, f)
         prompts_file = Path(f.name)
@@ -323,6 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             differs.append(f"{run.drafter} k={run.k} {run.workload}")
     rows = summarize(runs, {})
     at_once = f"all {len(prompts)} requests at once" if args.batch else "one request at a time"
+    if args.batch and args.max_seqs:
+        at_once += f", {args.max_seqs} in the batch at a time"
     print(f"vLLM, SmolLM2-135M-Instruct ({args.dtype}), {at_once}, {args.new_tokens} tokens per prompt")
     print_table(rows)
     for o in overall(rows):

@@ -18,6 +18,7 @@ import lookupdec
 from lookupdec.adapters._vllm_rows import RowTracker
 from lookupdec.adapters.vllm import LookupProposer
 from lookupdec.formats import write_static
+from lookupdec.reference.hybrid import THRESHOLD_MAX, THRESHOLD_MIN
 from tests.fake_vllm import FakeRequest, FakeVllm, vllm_config
 from tests.impls import FastImpl, ImplTests, ReferenceImpl
 from tests.test_drafter import demo_tokens
@@ -236,6 +237,72 @@ class VllmProposerTests(ImplTests):
         tracker.end_all()
         assert drafter.open_requests == 0 and drafter.stats.requests == 3 and tracker.ended == 3
 
+    def adaptive_run(self, b: float | None) -> tuple[list[FakeRequest], LookupProposer, FakeVllm]:
+        """A batch of requests under an engine whose step costs 80 ms plus ``b`` per verified token,
+        and 1 s more with a prefill (``b`` None: the proposer is not adaptive)."""
+        k, max_model_len = 6, 300
+        drafter = self.impl.Drafter(static=self.static(), n_draft=k, policy="hybrid", target_waste=0)
+        timed = TimedSteps(a=0.08, b=b or 0.0, prefill=1.0)
+        proposer = LookupProposer(vllm_config(k, max_model_len), drafter=drafter, adaptive=b is not None, clock=timed)
+        timed.proposer = proposer
+        fake = FakeVllm(timed, max_num_seqs=6, max_model_len=max_model_len)
+        timed.batch = fake.input_batch
+        requests = make_requests(24, max_model_len, room=2 * k + 1)
+        fake.run(requests[:8], arrivals={10: requests[8:16], 60: requests[16:]})
+        for r in requests:  # drafting, adaptive or not, never changes the output
+            assert r.finished and r.output == r.text[: r.target_len]
+        return requests, proposer, fake
+
+    @pytest.mark.parametrize("b", [0.0, 0.001, 0.004, 0.03])
+    def test_adaptive_threshold_from_the_batch_step_cost(self, b: float) -> None:
+        _, proposer, fake = self.adaptive_run(b)
+        cost = proposer.cost
+        assert cost is not None
+        # Only steps of decoding rows of the same requests were timed (a prefill step costs a
+        # second more here, and would throw the slope far off), with each row's own last draft.
+        assert 0 < cost.steps < fake.calls
+        assert cost.slope == pytest.approx(b, abs=1e-9)
+        threshold = cost.threshold()
+        assert threshold is not None
+        assert proposer.drafter.policy_state.threshold == max(THRESHOLD_MIN, min(THRESHOLD_MAX, threshold))
+
+    def test_adaptive_drafts_less_where_verifying_costs_more(self) -> None:
+        drafted = {b: sum(r.n_drafted for r in self.adaptive_run(b)[0]) for b in (None, 0.0, 0.004, 0.03)}
+        # Free verification drafts at the lowest threshold, more than the hybrid policy's start;
+        # dearer verification drafts less and less.
+        assert drafted[0.0] > drafted[None] > drafted[0.004] > drafted[0.03] > 0
+
+
+class TimedSteps:
+    """A fake engine's clock and a wrapper of its proposer: each step costs ``a + b`` per token it
+    verified (each decoding row's token and its last draft), ``prefill`` more when a row prefilled."""
+
+    def __init__(self, a: float, b: float, prefill: float) -> None:
+        self.a, self.b, self.prefill = a, b, prefill
+        self.now = 0.0
+        self.proposer: Any = None
+        self.batch: Any = None
+        self.last: dict[str, int] = {}  # the last draft's length by request id
+        self.decoding: set[str] = set()  # requests that sampled before
+
+    @property
+    def k(self) -> int:
+        k: int = self.proposer.k
+        return k
+
+    def __call__(self) -> float:
+        return self.now
+
+    def propose(self, sampled: list[list[int]], *args: Any, **kwargs: Any) -> list[list[int]]:
+        rids = self.batch.req_ids[: len(sampled)]
+        verified = sum(1 + self.last.get(rid, 0) for rid, s in zip(rids, sampled, strict=True) if s)
+        prefilled = any(not s or rid not in self.decoding for rid, s in zip(rids, sampled, strict=True))
+        self.now += self.a + self.b * verified + (self.prefill if prefilled else 0.0)
+        drafts: list[list[int]] = self.proposer.propose(sampled, *args, **kwargs)
+        self.last = {rid: len(d) for rid, d in zip(rids, drafts, strict=True)}
+        self.decoding.update(rid for rid, s in zip(rids, sampled, strict=True) if s)
+        return drafts
+
 
 class TestVllmProposerReference(ReferenceImpl, VllmProposerTests):
     pass
@@ -286,6 +353,35 @@ def test_settings_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
         LookupProposer(vllm_config(5, 100))
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         LookupProposer(object())
+
+
+def test_adaptive_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOKUPDEC_POLICY", "hybrid")
+    monkeypatch.setenv("LOOKUPDEC_ADAPTIVE", "1")
+    proposer = LookupProposer(vllm_config(5, 100))
+    # The step cost sets the threshold: the waste controller is off.
+    assert proposer.cost is not None and proposer.drafter.policy_state.target_waste10 == 0
+    proposer.close()
+    monkeypatch.setenv("LOOKUPDEC_ADAPTIVE", "0")
+    proposer = LookupProposer(vllm_config(5, 100))
+    assert proposer.cost is None and proposer.drafter.policy_state.target_waste10 == 19
+    proposer.close()
+    refused = (
+        ({"LOOKUPDEC_ADAPTIVE": "sometimes"}, "LOOKUPDEC_ADAPTIVE must be 1 or 0, not 'sometimes'"),
+        ({"LOOKUPDEC_ADAPTIVE": "1", "LOOKUPDEC_TARGET_WASTE": "0.5"}, "leave LOOKUPDEC_TARGET_WASTE unset"),
+        (
+            {"LOOKUPDEC_ADAPTIVE": "1", "LOOKUPDEC_POLICY": "llama"},
+            "LOOKUPDEC_ADAPTIVE=1 needs LOOKUPDEC_POLICY=hybrid",
+        ),
+    )
+    for env, message in refused:
+        with monkeypatch.context() as m:
+            for name, value in env.items():
+                m.setenv(name, value)
+            with pytest.raises(ValueError, match=message):
+                LookupProposer(vllm_config(5, 100))
+    with pytest.raises(ValueError, match="needs a Drafter"):
+        LookupProposer(vllm_config(5, 100), drafter=lookupdec.Drafter(n_draft=5), adaptive=True)
 
 
 def env_workload(k: int = 6, max_model_len: int = 200) -> tuple[FakeVllm, LookupProposer, list[FakeRequest]]:

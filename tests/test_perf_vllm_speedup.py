@@ -29,6 +29,8 @@ def test_speculative_configs() -> None:
     assert vs.speculative_config("hybrid/w0.5", 4) == vs.speculative_config("hybrid", 4)
     assert vs.lookupdec_env("hybrid/w0.5") == {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_TARGET_WASTE": "0.5"}
     assert vs.lookupdec_env("llama") == {"LOOKUPDEC_POLICY": "llama"} and vs.lookupdec_env("vllm-ngram") == {}
+    assert vs.lookupdec_env("hybrid/adaptive") == {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_ADAPTIVE": "1"}
+    assert vs.speculative_config("hybrid/adaptive", 4) == vs.speculative_config("hybrid", 4)
     for bad in ("hybrid/wsome", "hybrid/w65", "hybrid/w"):
         with pytest.raises(ValueError, match="not a number of tokens per step"):
             vs.speculative_config(bad, 4)
@@ -73,7 +75,7 @@ def test_table_from_worker_results(
         return [dict(name="rename", **results[config])]
 
     monkeypatch.setattr(vs, "export_smollm2", lambda out: out)
-    monkeypatch.setattr(vs, "chat_prompts", lambda model_dir: [("rename", [1, 2, 3])])
+    monkeypatch.setattr(vs, "chat_prompts", lambda model_dir, n=4: [("rename", [1, 2, 3])])
     monkeypatch.setattr(vs, "run_worker", fake_worker)
     out = tmp_path / "out.json"
     argv = ["--python", sys.executable, "--configs", "none,llama,hybrid", "--rounds", "2", "--json", str(out)]
@@ -96,7 +98,7 @@ def test_check_fails_where_no_draft_was_accepted(
         return [dict(name="rename", prefill=0.1, total=1.1, accepted=accepted, drafted=40.0, outputs=[list(range(65))])]
 
     monkeypatch.setattr(vs, "export_smollm2", lambda out: out)
-    monkeypatch.setattr(vs, "chat_prompts", lambda model_dir: [("rename", [1, 2, 3])])
+    monkeypatch.setattr(vs, "chat_prompts", lambda model_dir, n=4: [("rename", [1, 2, 3])])
     monkeypatch.setattr(vs, "run_worker", fake_worker)
     argv = ["--python", sys.executable, "--configs", "none,vllm-ngram,llama", "--rounds", "1"]
     assert vs.main(argv) == 0
@@ -122,7 +124,7 @@ def test_batch_counts_every_request(
         return [dict(name=vs.batch_name(2), **results[config])]
 
     monkeypatch.setattr(vs, "export_smollm2", lambda out: out)
-    monkeypatch.setattr(vs, "chat_prompts", lambda model_dir: [("rename", [1, 2, 3]), ("code", [4, 5])])
+    monkeypatch.setattr(vs, "chat_prompts", lambda model_dir, n=4: [("rename", [1, 2, 3]), ("code", [4, 5])])
     monkeypatch.setattr(vs, "run_worker", fake_worker)
     out = tmp_path / "out.json"
     argv = ["--python", sys.executable, "--configs", "none,llama", "--rounds", "1", "--batch", "--json", str(out)]
@@ -145,11 +147,35 @@ def test_worker_command_says_batch(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 
     def fake_run(cmd: list[str], **kwargs: Any) -> Any:
         commands.append(cmd)
-        Path(cmd[-2]).write_text("[]")
+        Path(cmd[-3]).write_text("[]")
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(subprocess, "run", fake_run)
-    for batch in (False, True):
-        args = argparse.Namespace(threads=0, new_tokens=8, dtype="float32", batch=batch)
+    for batch, max_seqs in ((False, 0), (True, 4)):
+        args = argparse.Namespace(threads=0, new_tokens=8, dtype="float32", batch=batch, max_seqs=max_seqs)
         assert vs.run_worker(sys.executable, tmp_path, "none", 4, args, tmp_path / "p.json") == []
-    assert [c[-1] for c in commands] == ["single", "batch"]
+    assert [c[-2:] for c in commands] == [["single", "0"], ["batch", "4"]]
+
+
+def test_more_prompts_are_the_four_tasks_on_other_material() -> None:
+    from perf.speedup import TASK_SETS, task_prompts
+
+    prompts = task_prompts(TASK_SETS)
+    assert len(prompts) == 4 * TASK_SETS
+    names = [name for name, _, _ in prompts]
+    assert names[:4] == ["rename", "summarize", "answer", "continue"] and names[4:6] == ["rename-2", "summarize-2"]
+    assert len({text for _, text, _ in prompts}) == len(prompts)  # no request can copy another's prompt
+    assert task_prompts(1) == prompts[:4]  # the first set is the four prompts of every earlier table
+    for name, text, _ in prompts:
+        assert 500 < len(text) < 2000, name
+    for bad in (0, TASK_SETS + 1):
+        with pytest.raises(ValueError, match="sets must be in"):
+            task_prompts(bad)
+
+
+def test_prompts_and_max_seqs_checked(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(vs, "run_worker", lambda *args: pytest.fail("a worker started"))
+    for argv, message in ((["--prompts", "0"], "--prompts must be in 1..16"), (["--max-seqs", "-1"], ">= 0")):
+        with pytest.raises(SystemExit):
+            vs.main(["--python", sys.executable, *argv])
+        assert message in capsys.readouterr().err

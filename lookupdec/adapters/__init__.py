@@ -313,6 +313,68 @@ class DraftLength:
         return True
 
 
+class BatchCost:
+    """The least acceptance a drafted token must promise to pay for its place in a batched step.
+
+    A step of a batch verifies ``N`` tokens (every row's draft and its own token) in ``T(N)``
+    seconds and produces ``P`` tokens. One more drafted token, accepted (reached and accepted)
+    with probability ``q``, turns ``P / T`` tokens per second into ``(P + q) / (T + b)``, where
+    ``b`` is what one more verified token adds to the step: it pays when ``q > b * P / T``.
+    :meth:`threshold` is that ``b * P / T``, from the steps :meth:`observe` saw: ``T = a + b N``
+    fitted by least squares, and ``P / T`` their ratio, both weighted towards the recent
+    (``decay`` per step). On a GPU, where ``b`` is about 0, any likely token pays; on a CPU,
+    where every verified token costs, only the likely ones do. A batch raises ``P / T`` (the
+    rows share the step's fixed cost ``a``), so it pays for fewer drafted tokens than one
+    request does alone.
+
+    It is the hybrid policy's threshold (its running estimate of each drafted token's chance of
+    being reached and accepted), where the vLLM adapter drafts with ``LOOKUPDEC_ADAPTIVE=1``.
+    Until ``warmup`` steps with drafts of differing total lengths were seen (the slope needs
+    their spread), it has no threshold.
+    """
+
+    def __init__(self, decay: float = 0.95, warmup: int = 8, min_spread: float = 0.25) -> None:
+        self.decay = decay
+        """The weight a step keeps after each newer one."""
+        self.warmup = warmup
+        """Steps observed before :meth:`threshold` answers."""
+        self.min_spread = min_spread
+        """The least variance of the recent steps' verified tokens that the slope is fitted on."""
+        self.steps = 0
+        """Steps observed."""
+        self.slope = 0.0
+        """The last fitted ``b``: seconds one more verified token adds to a step."""
+        # decayed sums: weight, N, N^2, T, N*T, P
+        self._w = self._n = self._nn = self._t = self._nt = self._p = 0.0
+        self._fitted = False
+
+    def observe(self, verified: int, produced: int, seconds: float) -> None:
+        """A step verified ``verified`` tokens and produced ``produced`` (committed) in ``seconds``."""
+        if verified <= 0 or produced <= 0 or seconds <= 0:
+            return
+        d = self.decay
+        n = float(verified)
+        self._w = self._w * d + 1.0
+        self._n = self._n * d + n
+        self._nn = self._nn * d + n * n
+        self._t = self._t * d + seconds
+        self._nt = self._nt * d + n * seconds
+        self._p = self._p * d + produced
+        self.steps += 1
+        spread = self._w * self._nn - self._n * self._n  # w^2 times the variance of N
+        if spread >= self.min_spread * self._w * self._w:
+            # Between fits (drafts all of one length) the last slope stands: a spread too small
+            # for a slope says nothing about it.
+            self.slope = max(0.0, (self._w * self._nt - self._n * self._t) / spread)
+            self._fitted = True
+
+    def threshold(self) -> float | None:
+        """The acceptance a drafted token must promise, ``b * P / T`` (None: not known yet)."""
+        if not self._fitted or self.steps < self.warmup:
+            return None
+        return self.slope * self._p / self._t
+
+
 class HistoryFollower:
     """Follow the generations an engine shows as their whole committed history at each step.
 
@@ -421,4 +483,4 @@ class HistoryFollower:
         self.max_growth = None
 
 
-__all__ = ["RULE", "SOURCES", "STREAKS", "SUFFIX", "DraftLength", "HistoryFollower"]
+__all__ = ["RULE", "SOURCES", "STREAKS", "SUFFIX", "BatchCost", "DraftLength", "HistoryFollower"]

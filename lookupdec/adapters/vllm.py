@@ -17,7 +17,10 @@ from environment variables: ``LOOKUPDEC_STATIC`` (static cache file), ``LOOKUPDE
 (dynamic cache file: loaded at start, saved with a locked merge as requests end and when the
 process exits), ``LOOKUPDEC_POLICY`` (drafting policy: ``llama``, the default, or ``hybrid``),
 ``LOOKUPDEC_TARGET_WASTE`` (the hybrid policy's ``target_waste``: rejected drafted tokens per step
-it steers to, default 1.9; its controller moves slowly, over thousands of steps) and
+it steers to, default 1.9; its controller moves slowly, over thousands of steps),
+``LOOKUPDEC_ADAPTIVE`` (``1``: with the hybrid policy, draft in each row only the tokens whose
+chance of acceptance pays for their share of the batch's step, as measured by
+:class:`lookupdec.adapters.BatchCost`, instead of steering to a waste target; default ``0``) and
 ``LOOKUPDEC_SAVE_INTERVAL`` (seconds between two saves of the dynamic file while requests end;
 default 30, 0 saves after every step that ended one). The draft length is vLLM's
 ``num_speculative_tokens``. vLLM's ``custom_class`` method is experimental upstream.
@@ -85,7 +88,7 @@ import multiprocessing.util
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -94,7 +97,9 @@ import lookupdec
 
 # The per-step row loop is compiled with the fast path (it calls any Drafter's requests, the
 # reference's too, through their methods; lookupdec.fast's natively).
+from lookupdec.adapters import BatchCost
 from lookupdec.adapters._vllm_rows import RowTracker
+from lookupdec.reference.hybrid import THRESHOLD_MAX, THRESHOLD_MIN
 from lookupdec.rules import check_target_waste
 
 RUNNER_FRAMES = 3
@@ -197,12 +202,31 @@ def target_waste_from_env(policy: str) -> float | None:
     return value
 
 
+def adaptive_from_env(policy: str, target_waste: float | None) -> bool:
+    """``LOOKUPDEC_ADAPTIVE``: whether the batch's step cost sets the hybrid policy's threshold."""
+    raw = (os.environ.get("LOOKUPDEC_ADAPTIVE") or "0").strip().lower()
+    if raw in ("0", "no", "false", "off"):
+        return False
+    if raw not in ("1", "yes", "true", "on"):
+        raise ValueError(f"LOOKUPDEC_ADAPTIVE must be 1 or 0, not {raw!r}")
+    if policy != "hybrid":
+        raise ValueError(
+            f"LOOKUPDEC_ADAPTIVE=1 needs LOOKUPDEC_POLICY=hybrid (its per-token estimates), not {policy!r}"
+        )
+    if target_waste is not None:
+        raise ValueError("LOOKUPDEC_ADAPTIVE=1 sets the hybrid policy's threshold: leave LOOKUPDEC_TARGET_WASTE unset")
+    return True
+
+
 def drafter_from_env(n_draft: int) -> Any:
-    """A :class:`lookupdec.Drafter` configured by ``LOOKUPDEC_STATIC``/``_DYNAMIC``/``_POLICY``/``_TARGET_WASTE``."""
+    """A :class:`lookupdec.Drafter` configured by ``LOOKUPDEC_STATIC``/``_DYNAMIC``/``_POLICY``/``_TARGET_WASTE``
+    (and ``_ADAPTIVE``: the waste target off, as the step cost sets the threshold)."""
     static = os.environ.get("LOOKUPDEC_STATIC") or None
     dynamic = os.environ.get("LOOKUPDEC_DYNAMIC") or None
     policy = os.environ.get("LOOKUPDEC_POLICY") or "llama"
     target_waste = target_waste_from_env(policy)
+    if adaptive_from_env(policy, target_waste):
+        target_waste = 0.0
     return lookupdec.Drafter(static=static, dynamic=dynamic, n_draft=n_draft, policy=policy, target_waste=target_waste)
 
 
@@ -217,7 +241,15 @@ class LookupProposer:
     rows are matched to requests by their tokens, and a request in no row is ended.
     """
 
-    def __init__(self, vllm_config: Any, *args: Any, drafter: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        vllm_config: Any,
+        *args: Any,
+        drafter: Any = None,
+        adaptive: bool | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        **kwargs: Any,
+    ) -> None:
         spec = getattr(vllm_config, "speculative_config", None)
         k = getattr(spec, "num_speculative_tokens", None)
         if k is None:
@@ -228,6 +260,16 @@ class LookupProposer:
         """No draft goes past this many tokens in a request."""
         self.drafter = drafter if drafter is not None else drafter_from_env(self.k)
         """The :class:`lookupdec.Drafter` all requests share (``drafter.stats``, ``drafter.save()``)."""
+        if adaptive is None:
+            adaptive = adaptive_from_env(self.drafter.policy, None) if drafter is None else False
+        if adaptive and self.drafter.policy_state is None:
+            raise ValueError("an adaptive LookupProposer needs a Drafter(policy='hybrid')")
+        self.cost: BatchCost | None = BatchCost() if adaptive else None
+        """The batch's step cost, which sets the hybrid policy's threshold (None: not adaptive)."""
+        self.clock = clock
+        """The clock steps are timed by (seconds)."""
+        self._returned = 0.0  # when the last proposal was returned (0: none yet)
+        self._drafted: dict[str, int] = {}  # that proposal's drafted tokens by request id (by content: all under "")
         self.saves = self.drafter.dynamic_path is not None and tensor_parallel_rank() == 0
         """Whether this process writes the dynamic cache file (it has one, and is TP rank 0)."""
         self.save_interval = save_interval_from_env()
@@ -258,9 +300,12 @@ class LookupProposer:
         included; ``token_ids_cpu[i]``: the row's tokens (prompt and committed). Both arrays
         may be longer than the batch (vLLM passes its whole buffers).
         """
+        entered = self.clock() if self.cost is not None else 0.0
         ids = np.asarray(token_ids_cpu)
         found = runner_requests(token_ids_cpu)
         tracker = self._tracker
+        if self.cost is not None:
+            self._price(sampled_token_ids, found, entered)
         if found is not None:
             req_ids, live = found
             drafts = tracker.step_ids(
@@ -270,7 +315,37 @@ class LookupProposer:
             drafts = tracker.step(self.drafter, sampled_token_ids, num_tokens_no_spec, ids, self.k, self.max_model_len)
         if self.saves:
             self._saver.maybe_save(self.drafter, tracker.ended)
+        if self.cost is not None:
+            if found is not None:
+                self._drafted = {rid: len(d) for rid, d in zip(found[0][: len(drafts)], drafts, strict=True)}
+            else:
+                self._drafted = {"": sum(len(d) for d in drafts)}
+            self._returned = self.clock()
         return drafts
+
+    def _price(self, sampled_token_ids: Sequence[Any], found: tuple[list[str], Any] | None, entered: float) -> None:
+        """Time the step that just ran, then set the hybrid policy's threshold to what a drafted token must pay."""
+        cost = self.cost
+        assert cost is not None
+        lens = [len(s) for s in sampled_token_ids]
+        tracker = self._tracker
+        # Only a step of decoding rows alone, the same requests as the last call's, is priced: a
+        # prefill (a row still prefilling, or a request new in this call) costs what its prompt
+        # does, not what the drafts did.
+        if found is not None:
+            rids = found[0][: len(lens)]
+            same = all(rid in tracker.by_id for rid in rids)
+            drafted = sum(self._drafted.get(rid, 0) for rid in rids)  # what this step verified
+        else:
+            same = len(lens) == len(tracker.rows)
+            drafted = self._drafted.get("", 0)
+        if self._returned > 0 and same and all(lens):
+            cost.observe(len(lens) + drafted, sum(lens), entered - self._returned)
+        theta = cost.threshold()
+        if theta is not None:
+            # Within the waste controller's bounds: above them a miscalculated step cost could
+            # stop drafting, and with it the spread of lengths it is measured by.
+            self.drafter.policy_state.threshold = max(THRESHOLD_MIN, min(THRESHOLD_MAX, theta))
 
     def end_all(self) -> None:
         """End every request still open (their contexts go into the dynamic cache)."""
@@ -287,6 +362,7 @@ class LookupProposer:
 __all__ = [
     "IntervalSaver",
     "LookupProposer",
+    "adaptive_from_env",
     "drafter_from_env",
     "finish",
     "runner_requests",

@@ -23,7 +23,9 @@ nothing.
 ``target_waste`` and ``save_interval``. They mean what ``LOOKUPDEC_STATIC``,
 ``LOOKUPDEC_DYNAMIC``, ``LOOKUPDEC_POLICY``, ``LOOKUPDEC_TARGET_WASTE`` and
 ``LOOKUPDEC_SAVE_INTERVAL`` mean for the 0.33 adapter, and those variables are read for any key
-not given.
+not given. The 0.33 adapter's ``LOOKUPDEC_ADAPTIVE`` has no counterpart here: vLLM 0.34 verifies
+every one of the ``k`` columns of every row (a shorter draft is padded, see below), so drafting
+fewer tokens saves no work.
 
 The interface, read from the released ``vllm==0.34.0`` wheel:
 
