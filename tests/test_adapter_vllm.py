@@ -334,10 +334,11 @@ def test_settings_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
     assert proposer.drafter.policy == "hybrid" and proposer.drafter.policy_state is not None
     assert proposer.propose([[2]], [3], rows) == [[3]]  # llama.cpp's draft first, as with "llama"
     proposer.close()
-    assert proposer.drafter.policy_state.target_waste10 == 19  # the hybrid policy's default, 1.9
+    # by default the batch's step cost sets the threshold: the waste controller is off
+    assert proposer.drafter.policy_state.target_waste10 == 0 and proposer.cost is not None
     monkeypatch.setenv("LOOKUPDEC_TARGET_WASTE", "0.5")
     proposer = LookupProposer(vllm_config(5, 100))
-    assert proposer.drafter.policy_state.target_waste10 == 5
+    assert proposer.drafter.policy_state.target_waste10 == 5 and proposer.cost is None
     proposer.close()
     for bad, message in (("less", "must be a number"), ("-1", r"must be in \[0, 64\]")):
         monkeypatch.setenv("LOOKUPDEC_TARGET_WASTE", bad)
@@ -356,13 +357,18 @@ def test_settings_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_adaptive_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOOKUPDEC_TARGET_WASTE", raising=False)
+    monkeypatch.setenv("LOOKUPDEC_POLICY", "llama")
+    proposer = LookupProposer(vllm_config(5, 100))
+    assert proposer.cost is None  # llama.cpp's rule: nothing to price by default
+    proposer.close()
     monkeypatch.setenv("LOOKUPDEC_POLICY", "hybrid")
     monkeypatch.setenv("LOOKUPDEC_ADAPTIVE", "1")
     proposer = LookupProposer(vllm_config(5, 100))
     # The step cost sets the threshold: the waste controller is off.
     assert proposer.cost is not None and proposer.drafter.policy_state.target_waste10 == 0
     proposer.close()
-    monkeypatch.setenv("LOOKUPDEC_ADAPTIVE", "0")
+    monkeypatch.setenv("LOOKUPDEC_ADAPTIVE", "0")  # the waste target instead, its default 1.9
     proposer = LookupProposer(vllm_config(5, 100))
     assert proposer.cost is None and proposer.drafter.policy_state.target_waste10 == 19
     proposer.close()

@@ -29,8 +29,8 @@ def test_speculative_configs() -> None:
     assert vs.speculative_config("hybrid/w0.5", 4) == vs.speculative_config("hybrid", 4)
     assert vs.lookupdec_env("hybrid/w0.5") == {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_TARGET_WASTE": "0.5"}
     assert vs.lookupdec_env("llama") == {"LOOKUPDEC_POLICY": "llama"} and vs.lookupdec_env("vllm-ngram") == {}
-    assert vs.lookupdec_env("hybrid/adaptive") == {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_ADAPTIVE": "1"}
-    assert vs.speculative_config("hybrid/adaptive", 4) == vs.speculative_config("hybrid", 4)
+    assert vs.lookupdec_env("hybrid/fixed") == {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_ADAPTIVE": "0"}
+    assert vs.speculative_config("hybrid/fixed", 4) == vs.speculative_config("hybrid", 4)
     for bad in ("hybrid/wsome", "hybrid/w65", "hybrid/w"):
         with pytest.raises(ValueError, match="not a number of tokens per step"):
             vs.speculative_config(bad, 4)
@@ -88,6 +88,10 @@ def test_table_from_worker_results(
     assert rows["llama"]["tokens_per_step"] == pytest.approx(100 / 40)
     assert rows["hybrid"]["speedup"] == pytest.approx(4.0)
     assert "outputs identical to no speculation: NO: hybrid k=4 rename" in capsys.readouterr().out
+    # --check: a differing output fails in float32 (where verifying matches decoding), not in bfloat16
+    assert vs.main([*argv, "--check"]) == 0
+    assert vs.main([*argv, "--check", "--dtype", "float32"]) == 1
+    assert "outputs differ from no speculation's in float32: NO: hybrid k=4 rename" in capsys.readouterr().err
 
 
 def test_check_fails_where_no_draft_was_accepted(

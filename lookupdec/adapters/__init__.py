@@ -328,7 +328,8 @@ class BatchCost:
     request does alone.
 
     It is the hybrid policy's threshold (its running estimate of each drafted token's chance of
-    being reached and accepted), where the vLLM adapter drafts with ``LOOKUPDEC_ADAPTIVE=1``.
+    being reached and accepted) in the vLLM adapter, by default (``LOOKUPDEC_ADAPTIVE=0`` steers
+    to the policy's waste target instead).
     Until ``warmup`` steps with drafts of differing total lengths were seen (the slope needs
     their spread), it has no threshold.
     """

@@ -18,9 +18,10 @@ from environment variables: ``LOOKUPDEC_STATIC`` (static cache file), ``LOOKUPDE
 process exits), ``LOOKUPDEC_POLICY`` (drafting policy: ``llama``, the default, or ``hybrid``),
 ``LOOKUPDEC_TARGET_WASTE`` (the hybrid policy's ``target_waste``: rejected drafted tokens per step
 it steers to, default 1.9; its controller moves slowly, over thousands of steps),
-``LOOKUPDEC_ADAPTIVE`` (``1``: with the hybrid policy, draft in each row only the tokens whose
-chance of acceptance pays for their share of the batch's step, as measured by
-:class:`lookupdec.adapters.BatchCost`, instead of steering to a waste target; default ``0``) and
+``LOOKUPDEC_ADAPTIVE`` (with the hybrid policy, the default: each row drafts only the tokens whose
+chance of acceptance pays for their share of the batch's step, priced by
+:class:`lookupdec.adapters.BatchCost` from the steps' wall times; ``0`` steers to the waste target
+instead, as does setting ``LOOKUPDEC_TARGET_WASTE``) and
 ``LOOKUPDEC_SAVE_INTERVAL`` (seconds between two saves of the dynamic file while requests end;
 default 30, 0 saves after every step that ended one). The draft length is vLLM's
 ``num_speculative_tokens``. vLLM's ``custom_class`` method is experimental upstream.
@@ -203,8 +204,13 @@ def target_waste_from_env(policy: str) -> float | None:
 
 
 def adaptive_from_env(policy: str, target_waste: float | None) -> bool:
-    """``LOOKUPDEC_ADAPTIVE``: whether the batch's step cost sets the hybrid policy's threshold."""
-    raw = (os.environ.get("LOOKUPDEC_ADAPTIVE") or "0").strip().lower()
+    """``LOOKUPDEC_ADAPTIVE``: whether the batch's step cost sets the hybrid policy's threshold.
+
+    Unset: yes for the hybrid policy, unless ``target_waste`` (``LOOKUPDEC_TARGET_WASTE``) steers
+    it; never for llama.cpp's rule, whose drafts carry no per-token estimates to price."""
+    raw = (os.environ.get("LOOKUPDEC_ADAPTIVE") or "").strip().lower()
+    if not raw:
+        return policy == "hybrid" and target_waste is None
     if raw in ("0", "no", "false", "off"):
         return False
     if raw not in ("1", "yes", "true", "on"):
@@ -239,6 +245,11 @@ class LookupProposer:
     longer holds is ended (its context merged into the dynamic cache) before anything is drafted
     in that step, as llama.cpp ends a request before the next one drafts. Without the runner,
     rows are matched to requests by their tokens, and a request in no row is ended.
+
+    ``adaptive``: price each drafted token against the batch's step (:attr:`cost`); None: as
+    ``LOOKUPDEC_ADAPTIVE`` says for a drafter built from the environment (the hybrid policy's
+    default), and no for a ``drafter`` given (its ``target_waste`` was chosen with it).
+    ``clock``: what steps are timed by.
     """
 
     def __init__(
@@ -261,7 +272,8 @@ class LookupProposer:
         self.drafter = drafter if drafter is not None else drafter_from_env(self.k)
         """The :class:`lookupdec.Drafter` all requests share (``drafter.stats``, ``drafter.save()``)."""
         if adaptive is None:
-            adaptive = adaptive_from_env(self.drafter.policy, None) if drafter is None else False
+            policy = self.drafter.policy
+            adaptive = drafter is None and adaptive_from_env(policy, target_waste_from_env(policy))
         if adaptive and self.drafter.policy_state is None:
             raise ValueError("an adaptive LookupProposer needs a Drafter(policy='hybrid')")
         self.cost: BatchCost | None = BatchCost() if adaptive else None
