@@ -330,8 +330,8 @@ class BatchCost:
     It is the hybrid policy's threshold (its running estimate of each drafted token's chance of
     being reached and accepted) in the vLLM adapter, by default (``LOOKUPDEC_ADAPTIVE=0`` steers
     to the policy's waste target instead).
-    Until ``warmup`` steps with drafts of differing total lengths were seen (the slope needs
-    their spread), it has no threshold.
+    Until ``warmup`` steps were seen, and their verified tokens spread enough to fit a slope,
+    it has no threshold.
     """
 
     def __init__(self, decay: float = 0.95, warmup: int = 8, min_spread: float = 0.25) -> None:
