@@ -441,6 +441,7 @@ class Request:
         "_host",
         "_matched",
         "_observing",
+        "_own",
         "_proposal",
         "_rule",
         "_step",
@@ -466,6 +467,9 @@ class Request:
         # propose_tree's branches still agreeing with what extend committed (None: a linear
         # proposal); _proposal is then branch 0, the one the hybrid policy observes
         self._tree: list[list[int]] | None = None
+        # while this request is not the hybrid history's owner: its own tokens, indexed
+        # (HybridState.request_history), so that it matches repeats within itself too
+        self._own: Any = None
         self.n_drafted = 0
         """Tokens this request proposed."""
         self.n_accept = 0
@@ -511,8 +515,13 @@ class Request:
         if observing:
             # The history owner's tokens are the history's current request; a request open at
             # the same time matches its own last tokens against the history instead.
-            propose = state.propose if d.owner is self else state.propose_detached
-            proposal: list[int] = propose(tokens, n, context, d.dynamic, d.static)
+            if d.owner is self:
+                self._own = None
+                proposal: list[int] = state.propose(tokens, n, context, d.dynamic, d.static)
+            else:
+                if self._own is None:
+                    self._own = state.request_history()
+                proposal = state.propose_detached(tokens, n, context, d.dynamic, d.static, self._own)
             drafted_len = len(proposal)
         elif tokens and n > 0:
             drafted = [tokens[-1]]
@@ -577,7 +586,11 @@ class Request:
         tree: list[list[int]] = []
         if tokens:
             detached = d.owner is not self  # as in propose: it matches its own last tokens
-            tree = state.propose_tree(tokens, n, context, d.dynamic, d.static, branches, detached)
+            if detached and self._own is None:
+                self._own = state.request_history()
+            elif not detached:
+                self._own = None
+            tree = state.propose_tree(tokens, n, context, d.dynamic, d.static, branches, detached, self._own)
             drafted_len = len(tree[0]) if tree else 0
             if stop:
                 tree = _cut_tree(tree, stop)
@@ -703,6 +716,7 @@ class Request:
                 self._observe(self._observed_prefix())
             d.history_end(self)
         self._context = None
+        self._own = None
         self._proposal = []
         self._matched = -1
         d.end(context)

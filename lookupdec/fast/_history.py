@@ -58,6 +58,11 @@ SEP: Final[i32] = -1
 """Separator written before every request in the history stream (never matched)."""
 CORPUS_BASE: Final[i64] = 1 << 40
 """Candidate positions at or above this are the corpus's (its id positions plus this)."""
+OWN_BASE: Final[i64] = 1 << 42
+"""Candidate positions at or above this are a detached request's own (its request history's
+positions plus this; see :meth:`lookupdec.fast._hybrid.HybridState.propose_detached`)."""
+OWN_MAX_TOKENS: Final = 1 << 30
+"""Bound of a request history: one request's tokens, never evicted."""
 DEFAULT_MAX_TOKENS: Final = 1 << 22
 """Default bound of a :class:`SuffixHistory`: 4,194,304 tokens (48 MB for them and their links, plus the tables)."""
 MAX_CANDIDATES: Final[i64] = 32
@@ -70,6 +75,14 @@ DEEP_CANDIDATES: Final[i64] = 32
 the last trigram are compared too (a common bigram's newest occurrences rarely hold the longest match)."""
 MAX_MATCH: Final[i64] = 32
 """Matches are measured up to this many tokens (longer ones count as this long)."""
+
+
+def candidates_cap(max_candidates: i64) -> i64:
+    """The most candidates one search finds: a bigram's and the deep search's, or the one-token fallback's."""
+    cap = max_candidates + DEEP_CANDIDATES
+    if cap < UNIGRAM_CANDIDATES:
+        cap = UNIGRAM_CANDIDATES
+    return cap
 
 
 INITIAL_SLOTS: Final[i64] = 1 << 10
@@ -130,6 +143,7 @@ class SuffixHistory:
     qv: vec[i32]
     corpus: CorpusIndex | None
     touched: i32
+    own: SuffixHistory | None
 
     def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
         if max_tokens < 16:
@@ -150,6 +164,7 @@ class SuffixHistory:
         self.qv = filled_i32(MAX_MATCH + 1, SEP)
         self.corpus = None
         self.touched = 0
+        self.own = None  # a detached proposal's request history, while it is made (positions from OWN_BASE)
         self._reset()
 
     def _reset(self) -> None:
@@ -198,12 +213,20 @@ class SuffixHistory:
         if c is not None:
             buf = c._buf
             n_ids = c.n_tokens
+        own_toks = vec[i32]()
+        o = self.own
+        if o is not None:
+            own_toks = o.toks
+        n_own = i64(len(own_toks))
         for i in range(n_act):
             p = act[i] + k
             t = SEP
             if p < CORPUS_BASE:
                 if p < n_toks:
                     t = toks[p]
+            elif p >= OWN_BASE:
+                if p - OWN_BASE < n_own:
+                    t = own_toks[p - OWN_BASE]
             elif c is not None and p - CORPUS_BASE < n_ids:
                 t = read_i32_le(buf, CORPUS_IDS + 4 * (p - CORPUS_BASE))
                 if t < SEP:
@@ -459,21 +482,7 @@ class SuffixHistory:
         occurrences of the last token alone, newest first (length 1).
         """
         self.n_cand = 0
-        cap = max_candidates + DEEP_CANDIDATES
-        if cap < UNIGRAM_CANDIDATES:
-            cap = UNIGRAM_CANDIDATES
-        if i64(len(self.cand_p)) < cap:
-            self.cand_p = zeros_i64(cap)
-            self.act = zeros_i64(cap)
-            self.cand_len = zeros_i64(cap)
-            self.next_t = filled_i32(cap, SEP)
-            size: i64 = 1
-            while size < 2 * cap:
-                size *= 2
-            self.vote_k = zeros_i64(size)
-            self.vote_s = zeros_i64(size)
-            self.vote_mask = size - 1
-            self.vote_stamp = 0
+        self._reserve(candidates_cap(max_candidates))
         qn = self._fill_query(q)
         if qn == 0:
             return 0
@@ -546,6 +555,62 @@ class SuffixHistory:
             return 0
         self.n_cand = n
         return 1
+
+    def _reserve(self, cap: i64) -> None:
+        """Room for ``cap`` candidates (and a vote table of at least twice that).
+
+        What the arrays held is lost when they grow."""
+        if i64(len(self.cand_p)) < cap:
+            self.cand_p = zeros_i64(cap)
+            self.act = zeros_i64(cap)
+            self.cand_len = zeros_i64(cap)
+            self.next_t = filled_i32(cap, SEP)
+            size: i64 = 1
+            while size < 2 * cap:
+                size *= 2
+            self.vote_k = zeros_i64(size)
+            self.vote_s = zeros_i64(size)
+            self.vote_mask = size - 1
+            self.vote_stamp = 0
+
+    def _collect_detached(self, own: SuffixHistory, q: vec[i32], n_before: i64, max_candidates: i64) -> i64:
+        """:meth:`_collect` for a detached request, whose tokens ``own`` holds: ``q`` is ``n_before``
+        of its last tokens (after a separator when it is shorter), then the tokens drafted so far.
+
+        The candidates are its own occurrences (positions from :data:`OWN_BASE`, the newest), then
+        the history's, each newest first; where one side matched two tokens or more and the other
+        only the last token, the one-token matches are dropped (the reference's
+        ``merge_candidates``). Returns the longest match length.
+        """
+        self._reserve(2 * candidates_cap(max_candidates))  # before collecting: growing loses the candidates
+        best_t = self._collect(q, max_candidates)
+        n_t = self.n_cand
+        q_own = vec[i32](capacity=i64(len(q)) - n_before)
+        for j in range(n_before, len(q)):
+            q_own = append(q_own, q[j])
+        best_m = own._collect(q_own, max_candidates)
+        n_m = own.n_cand
+        if n_m == 0 or (best_t >= 2 and best_m < 2):
+            return best_t
+        keep_t = n_t
+        if best_m >= 2 and best_t < 2:
+            keep_t = 0
+        cand_p = self.cand_p  # read once: see _collect
+        cand_len = self.cand_len
+        j = keep_t - 1
+        while j >= 0:  # the history's candidates move after the request's own
+            cand_p[n_m + j] = cand_p[j]
+            cand_len[n_m + j] = cand_len[j]
+            j -= 1
+        own_p = own.cand_p
+        own_len = own.cand_len
+        for i in range(n_m):
+            cand_p[i] = OWN_BASE + own_p[i]
+            cand_len[i] = own_len[i]
+        self.n_cand = n_m + keep_t
+        if keep_t > 0 and best_t > best_m:
+            return best_t
+        return best_m
 
     def _collect_deep(
         self, kid: i64, off: i64, n_hist: i64, taken: i64, n: i64, best_len: i64, t3: i32, a: i32, b: i32

@@ -17,7 +17,16 @@ from mypy_extensions import i32, i64
 
 from lookupdec.fast._cache import NgramCache, to_vec
 from lookupdec.fast._draft import as_static_source, draft_core, keys_buffer
-from lookupdec.fast._history import CORPUS_BASE, MATCH_SLACK, MAX_CANDIDATES, MAX_MATCH, SEP, SuffixHistory
+from lookupdec.fast._history import (
+    CORPUS_BASE,
+    MATCH_SLACK,
+    MAX_CANDIDATES,
+    MAX_MATCH,
+    OWN_BASE,
+    OWN_MAX_TOKENS,
+    SEP,
+    SuffixHistory,
+)
 from lookupdec.fast._source import ABSENT, StaticSource
 from lookupdec.fast._tables import M32, NGRAM_MAX, NGRAM_MIN, filled_i32, zeros_i64
 from lookupdec.fast._tree import VOTE_HASH, TreeVotes, add_branch
@@ -94,9 +103,12 @@ def support_class(count: i64, n_active: i64) -> i64:
 
 def source_class(req_start: i64, p: i64) -> i64:
     """Where the occurrence at ``p`` is: 0 an earlier request, 1 the current request (from
-    ``req_start``), 2 the corpus (so corpus tokens that do not fit the text stop being drafted
-    without holding back the requests' own matches)."""
+    ``req_start``; a detached request's own occurrences, from :data:`OWN_BASE`, for which
+    ``req_start`` is :data:`OWN_BASE`), 2 the corpus (so corpus tokens that do not fit the text
+    stop being drafted without holding back the requests' own matches)."""
     # if statements, not conditional expressions: mypyc boxes those on native ints (see replay_core)
+    if p >= OWN_BASE:
+        return 1
     if p >= CORPUS_BASE:
         return 2
     if p >= req_start:
@@ -188,6 +200,8 @@ class HybridState:
     recent: i64
     tree_votes: TreeVotes | None
     _keys: vec[i64]
+    _own: SuffixHistory | None
+    _n_before: i64
 
     def __init__(
         self,
@@ -224,6 +238,18 @@ class HybridState:
         self.last_cells = vec[i64]()
         self.tree_votes = None  # made by the first tree proposal
         self._keys = keys_buffer()  # draft_core's scratch, one for every proposal
+        # A detached proposal's request history (None: the history owner's proposal) and the
+        # length of the request's tokens that start its queries: set by _propose for the
+        # proposal being made.
+        self._own = None
+        self._n_before = 0
+
+    def request_history(self) -> SuffixHistory:
+        """An empty history for one request's own tokens, to pass to :meth:`propose_detached`
+        (it keeps it in step with the request's tokens) for as long as that request is detached."""
+        own = SuffixHistory(OWN_MAX_TOKENS)
+        own.add_separator()
+        return own
 
     def begin_request(self) -> None:
         """Start a new request (the previous one stays in the history)."""
@@ -302,8 +328,15 @@ class HybridState:
         """
         cells = vec[i64](capacity=n_max)
         h = self.history
+        own = self._own
+        cur_start = h.req_start  # where source_class's current request starts
+        if own is not None:
+            cur_start = OWN_BASE  # a detached request's: the history's requests are all other ones
         if reuse:
             best = h.last_best  # the same query as the last call's, and nothing added since
+        elif own is not None:
+            best = h._collect_detached(own, q, self._n_before, self.max_candidates)
+            h.last_best = best
         else:
             best = h._collect(q, self.max_candidates)
             h.last_best = best
@@ -371,7 +404,7 @@ class HybridState:
                 break
             best_c = best_s >> 32
             best_f = M32 - (best_s & M32)
-            cur = source_class(h.req_start, act[best_f])
+            cur = source_class(cur_start, act[best_f])
             cell = stat_cell(best_c, n_act, best + k, static_class(st, b2, b1, best_t), kind, cur)
             prob = prob * self._estimate(cell)
             if prob < self.threshold:
@@ -524,15 +557,20 @@ class HybridState:
         nc_context: NgramCache,
         nc_dynamic: NgramCache,
         nc_static: object = None,
+        own: SuffixHistory | None = None,
     ) -> list[int]:
         """Like :meth:`propose`, for a request that is not the history's current one.
 
         For a request open at the same time as the one whose tokens the history is following:
-        the match is sought for its own last tokens (``tokens``, the whole request so far),
-        among the history's occurrences; its tokens are not added to the history, so it never
-        matches itself. Observe it like any proposal (see :meth:`last_step`).
+        the match is sought for its own last tokens (``tokens``, the whole request so far)
+        among the history's occurrences, and among its own earlier tokens, which ``own`` holds
+        (from :meth:`request_history`, one per request, passed at each of its proposals; this
+        adds the tokens it lacks). Its own occurrences come first, as the newest; for it the
+        history owner's tokens are an earlier request's. ``own`` None: one is built from
+        ``tokens`` for this call. Its tokens are not added to the shared history. Observe it
+        like any proposal (see :meth:`last_step`).
         """
-        return self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, True)
+        return self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, True, 1, None, own)
 
     def _propose(
         self,
@@ -544,11 +582,45 @@ class HybridState:
         detached: bool,
         branches: i64 = 1,
         tree: list[list[int]] | None = None,
+        own: SuffixHistory | None = None,
     ) -> list[int]:
         if n_draft < 0:
             raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+        h = self.history
         if not detached:
             self._sync(tokens)
+        else:
+            if own is None:
+                own = self.request_history()
+            held = i64(len(own.toks)) - 1  # after its separator
+            n_tokens = i64(len(tokens))
+            if n_tokens < held:
+                raise ValueError(
+                    f"tokens has {n_tokens} tokens but its request history already holds {held}: "
+                    "one request history per request"
+                )
+            if n_tokens > held:
+                own.extend(tokens[held:])
+            if n_tokens > 0:
+                self._own = own
+                h.own = own
+        try:
+            return self._propose_with(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached, branches, tree)
+        finally:
+            self._own = None
+            h.own = None
+
+    def _propose_with(
+        self,
+        tokens: Sequence[int],
+        n_draft: int,
+        nc_context: NgramCache,
+        nc_dynamic: NgramCache,
+        nc_static: object,
+        detached: bool,
+        branches: i64,
+        tree: list[list[int]] | None,
+    ) -> list[int]:
         st = as_static_source(nc_static)
         if st is None:
             raise TypeError(f"nc_static must be a static cache, a StaticIndex or None, not {type(nc_static).__name__}")
@@ -573,6 +645,7 @@ class HybridState:
                 rest = to_vec(tokens)
                 for j in range(len(rest)):
                     before = append(before, rest[j])
+        self._n_before = i64(len(before))
         if tree is not None:  # propose_tree: branch 0 is this proposal, then the alternatives
             for b in self._tree_step(tail, base, n_draft, before, st, branches):
                 tree.append([int(t) for t in b])
@@ -617,10 +690,12 @@ class HybridState:
         nc_static: object = None,
         branches: int = 3,
         detached: bool = False,
+        own: SuffixHistory | None = None,
     ) -> list[list[int]]:
         """Up to ``branches`` drafts after ``tokens``, for an engine that verifies them as a tree.
 
-        The first is exactly :meth:`propose`'s (:meth:`propose_detached`'s with ``detached``)
+        The first is exactly :meth:`propose`'s (:meth:`propose_detached`'s with ``detached``,
+        and its ``own``)
         proposal; the others are alternatives, none empty and none a prefix of another branch
         (nor one of them a prefix of it), in this order while there is room: llama.cpp's own
         draft where the policy trimmed or replaced it; the runner-ups of the vote that chose the
@@ -637,7 +712,7 @@ class HybridState:
         """
         check_branches(branches, "hybrid")
         tree: list[list[int]] = []
-        self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached, branches, tree)
+        self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached, branches, tree, own)
         return tree
 
     def _tree_step(
@@ -699,6 +774,9 @@ class HybridState:
         continues a draft (the candidates that agree vote, while the running estimate from
         ``prob`` stays at or above the threshold). At most ``branches - 1`` runner-ups are tried."""
         h = self.history
+        cur_start = h.req_start  # as in _follow
+        if self._own is not None:
+            cur_start = OWN_BASE
         best = h.last_best
         shortest = best - self.match_slack
         act0 = vec[i64](capacity=h.n_cand)
@@ -734,7 +812,7 @@ class HybridState:
             f = picks[ri]
             c = counts[ri]
             r = nx0[f]
-            cur = source_class(h.req_start, act0[f])
+            cur = source_class(cur_start, act0[f])
             p = prob * self._estimate(stat_cell(c, n0, best, static_class(st, b2, b1, r), kind, cur))
             if p < self.threshold:
                 continue
@@ -758,7 +836,7 @@ class HybridState:
                 if g < 0:
                     break
                 t = nx[g]
-                cur = source_class(h.req_start, act[g])
+                cur = source_class(cur_start, act[g])
                 p = p * self._estimate(stat_cell(cnt, n_act, best + k, static_class(st, a2, a1, t), kind, cur))
                 if p < self.threshold:
                     break

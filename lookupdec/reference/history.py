@@ -19,6 +19,11 @@ SEP = -1
 """Separator written before every request in the history stream (never matched)."""
 CORPUS_BASE = 1 << 40
 """Positions at or above this are the corpus's: its ids' positions plus this."""
+OWN_BASE = 1 << 42
+"""Positions at or above this are a detached request's own (its request history's positions plus
+this; see :meth:`lookupdec.reference.hybrid.HybridState.propose_detached`)."""
+OWN_MAX_TOKENS = 1 << 30
+"""Bound of a request history: one request's tokens, never evicted."""
 DEFAULT_MAX_TOKENS = 1 << 22
 """Default bound of a :class:`SuffixHistory` (4,194,304 tokens)."""
 MAX_CANDIDATES = 32
@@ -225,4 +230,4 @@ class SuffixHistory:
         return []
 
 
-__all__ = ["CORPUS_BASE", "DEFAULT_MAX_TOKENS", "MAX_MATCH", "SEP", "SuffixHistory"]
+__all__ = ["CORPUS_BASE", "DEFAULT_MAX_TOKENS", "MAX_MATCH", "OWN_BASE", "OWN_MAX_TOKENS", "SEP", "SuffixHistory"]

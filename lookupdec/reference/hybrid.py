@@ -63,7 +63,15 @@ from collections.abc import Sequence
 
 from lookupdec.reference.cache import NGRAM_MAX, NGRAM_MIN, TOKEN_NULL, NgramCache
 from lookupdec.reference.draft import PartSource, draft, try_static
-from lookupdec.reference.history import CORPUS_BASE, MAX_CANDIDATES, MAX_MATCH, SEP, SuffixHistory
+from lookupdec.reference.history import (
+    CORPUS_BASE,
+    MAX_CANDIDATES,
+    MAX_MATCH,
+    OWN_BASE,
+    OWN_MAX_TOKENS,
+    SEP,
+    SuffixHistory,
+)
 from lookupdec.rules import check_branches, check_target_waste
 
 MATCH_SLACK = 1
@@ -127,16 +135,41 @@ def support_class(count: int, n_active: int) -> int:
     return 7 if count >= 4 else 8
 
 
-def source_class(history: SuffixHistory, p: int) -> int:
+def source_class(history: SuffixHistory, p: int, detached: bool = False) -> int:
     """Where the occurrence at ``p`` is: 0 an earlier request, 1 the current request, 2 the corpus.
 
     Corpus tokens have acceptance counts of their own, so a corpus that does not fit the text
     (an English corpus while the requests are code) stops being drafted without holding back
-    the requests' own matches.
+    the requests' own matches. For a ``detached`` request (:meth:`HybridState.propose_detached`)
+    the current request is its own history (positions from :data:`OWN_BASE`): the history
+    owner's tokens are another request's.
     """
+    if p >= OWN_BASE:
+        return 1
     if p >= CORPUS_BASE:
         return 2
+    if detached:
+        return 0
     return int(p >= history.req_start)
+
+
+def merge_candidates(mine: list[tuple[int, int]], theirs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """A detached request's candidates: ``mine`` (its own occurrences, positions from
+    :data:`OWN_BASE`, the newest) before ``theirs`` (the history's), each newest first.
+
+    Where one side matched two tokens or more and the other only the last token (its one-token
+    fallback), the one-token matches are dropped, as :meth:`SuffixHistory.candidates` falls back
+    to the last token only where the last two never occurred.
+    """
+    if not mine or not theirs:
+        return mine or theirs
+    two_mine = max(n for _, n in mine) >= 2
+    two_theirs = max(n for _, n in theirs) >= 2
+    if two_mine and not two_theirs:
+        return mine
+    if two_theirs and not two_mine:
+        return theirs
+    return mine + theirs
 
 
 def static_class(static: PartSource, a: int, b: int, token: int) -> int:
@@ -204,6 +237,40 @@ class HybridState:
         self.last_llama = 0
         self.last_suffix = 0
         self.last_cells: list[Cell] = []
+        self._own: SuffixHistory | None = None  # a detached proposal's request history, while it is made
+
+    def request_history(self) -> SuffixHistory:
+        """An empty history for one request's own tokens, to pass to :meth:`propose_detached`
+        (it keeps it in step with the request's tokens) for as long as that request is detached."""
+        own = SuffixHistory(OWN_MAX_TOKENS)
+        own.add_separator()
+        return own
+
+    def _sync_own(self, own: SuffixHistory, tokens: Sequence[int]) -> None:
+        held = len(own) - 1  # after its separator
+        if len(tokens) < held:
+            raise ValueError(
+                f"tokens has {len(tokens)} tokens but its request history already holds {held}: "
+                "one request history per request"
+            )
+        own.extend(tokens[held:])
+
+    def _candidates(self, drafted: list[int], request: Sequence[int] | None) -> list[tuple[int, int]]:
+        """The candidates of the query (see :meth:`SuffixHistory.candidates`); for a detached
+        request, its own occurrences too (:func:`merge_candidates`)."""
+        found = self.history.candidates(drafted, self.max_candidates, request)
+        own = self._own
+        if own is None:
+            return found
+        mine = [(OWN_BASE + p, n) for p, n in own.candidates(drafted, self.max_candidates)]
+        return merge_candidates(mine, found)
+
+    def _token_at(self, p: int) -> int:
+        """The token at candidate position ``p`` (the history's, or from :data:`OWN_BASE` the request history's)."""
+        own = self._own
+        if p >= OWN_BASE and own is not None:
+            return own.token_at(p - OWN_BASE)
+        return self.history.token_at(p)
 
     def _llama_cell(self, m_full: int, j: int) -> LlamaCell:
         """The cell of token ``j`` of a llama.cpp draft of ``m_full`` tokens in the last proposal."""
@@ -257,7 +324,7 @@ class HybridState:
     ) -> tuple[list[int], list[Cell]]:
         """Up to ``n_max`` suffix-match tokens after the query (the stream, or ``request``, then
         ``drafted``) and their cells, while the running estimate (from ``prob``) allows."""
-        found = self.history.candidates(drafted, self.max_candidates, request)
+        found = self._candidates(drafted, request)
         if not found:
             return [], []
         best = max(length for _, length in found)
@@ -283,11 +350,11 @@ class HybridState:
         """:meth:`_follow`'s draft from its ``k``-th token on: ``active`` are the occurrences still
         followed (matching ``best`` tokens at most ``match_slack`` shorter), ``b2``, ``b1`` the
         two tokens before the next one, ``prob`` the running estimate so far."""
-        h = self.history
+        detached = self._own is not None
         out: list[int] = []
         cells: list[Cell] = []
         while k < n_max:
-            nexts = [h.token_at(p + k) for p in active]
+            nexts = [self._token_at(p + k) for p in active]
             votes = Counter(t for t in nexts if t != SEP)
             if not votes:
                 break
@@ -298,7 +365,7 @@ class HybridState:
                 kind,
                 static_class(static, b2, b1, token),
                 support_class(top, len(active)),
-                source_class(self.history, newest),
+                source_class(self.history, newest, detached),
                 min(best + k, N_LEN - 1),
             )
             prob = prob * _estimate(self.ok[cell], self.tried[cell])
@@ -380,15 +447,20 @@ class HybridState:
         nc_context: PartSource,
         nc_dynamic: PartSource,
         nc_static: PartSource | None = None,
+        own: SuffixHistory | None = None,
     ) -> list[int]:
         """Like :meth:`propose`, for a request that is not the history's current one.
 
         For a request open at the same time as the one whose tokens the history is following:
         the match is sought for its own last tokens (``tokens``, the whole request so far)
-        among the history's occurrences; its tokens are not added to the history (so it never
-        matches itself). Observe it like any proposal (see :meth:`last_step`).
+        among the history's occurrences, and among its own earlier tokens, which ``own`` holds
+        (from :meth:`request_history`, one per request, passed at each of its proposals; this
+        adds the tokens it lacks). Its own occurrences come first, as the newest (see
+        :func:`merge_candidates`); for it the history owner's tokens are an earlier request's.
+        ``own`` None: one is built from ``tokens`` for this call. Its tokens are not added to
+        the shared history. Observe it like any proposal (see :meth:`last_step`).
         """
-        return self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached=True)
+        return self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached=True, own=own)
 
     def _propose(
         self,
@@ -400,11 +472,33 @@ class HybridState:
         detached: bool,
         branches: int = 1,
         tree: list[list[int]] | None = None,
+        own: SuffixHistory | None = None,
     ) -> list[int]:
         if n_draft < 0:
             raise ValueError(f"n_draft must be >= 0, got {n_draft}")
         if not detached:
             self._sync(tokens)
+        else:
+            if own is None:
+                own = self.request_history()
+            self._sync_own(own, tokens)
+            self._own = own if tokens else None
+        try:
+            return self._propose_with(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached, branches, tree)
+        finally:
+            self._own = None
+
+    def _propose_with(
+        self,
+        tokens: Sequence[int],
+        n_draft: int,
+        nc_context: PartSource,
+        nc_dynamic: PartSource,
+        nc_static: PartSource | None,
+        detached: bool,
+        branches: int,
+        tree: list[list[int]] | None,
+    ) -> list[int]:
         if not tokens:
             self.last_llama = self.last_suffix = 0
             return []
@@ -484,10 +578,12 @@ class HybridState:
         nc_static: PartSource | None = None,
         branches: int = 3,
         detached: bool = False,
+        own: SuffixHistory | None = None,
     ) -> list[list[int]]:
         """Up to ``branches`` drafts after ``tokens``, for an engine that verifies them as a tree.
 
-        The first is exactly :meth:`propose`'s (:meth:`propose_detached`'s with ``detached``);
+        The first is exactly :meth:`propose`'s (:meth:`propose_detached`'s with ``detached``,
+        and its ``own``);
         the others are alternatives (see :meth:`_tree_step`), none empty and no two of them one
         a prefix of the other. ``[]`` when :meth:`propose` would draft nothing.
 
@@ -499,7 +595,7 @@ class HybridState:
         """
         check_branches(branches, "hybrid")
         tree: list[list[int]] = []
-        self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached, branches, tree)
+        self._propose(tokens, n_draft, nc_context, nc_dynamic, nc_static, detached, branches, tree, own)
         return tree
 
     def _tree_step(
@@ -553,11 +649,12 @@ class HybridState:
     ) -> None:
         """Add the branches that take a runner-up of the vote for ``b0[m]`` in its place (see :meth:`_tree_step`)."""
         h = self.history
+        detached = self._own is not None
         prefix = b0[:m]
-        found = h.candidates(prefix, self.max_candidates, request)
+        found = self._candidates(prefix, request)
         best = max(length for _, length in found)
         active = [p for p, length in found if length >= best - self.match_slack]
-        nexts = [h.token_at(p) for p in active]
+        nexts = [self._token_at(p) for p in active]
         votes = Counter(t for t in nexts if t != SEP)
         first = {t: nexts.index(t) for t in votes}
         ranked = sorted((t for t in votes if t != b0[m]), key=lambda t: (-votes[t], first[t]))
@@ -566,7 +663,7 @@ class HybridState:
             if len(tree) >= branches:
                 break
             sclass = static_class(static, b2, b1, r)
-            cur = source_class(h, active[first[r]])
+            cur = source_class(h, active[first[r]], detached)
             cell = (kind, sclass, support_class(votes[r], len(active)), cur, min(best, N_LEN - 1))
             p = prob * _estimate(self.ok[cell], self.tried[cell])
             if p < self.threshold:
@@ -589,4 +686,4 @@ def add_branch(tree: list[list[int]], branch: list[int], branches: int) -> None:
     tree.append(branch)
 
 
-__all__ = ["HybridState", "add_branch"]
+__all__ = ["HybridState", "add_branch", "merge_candidates"]
