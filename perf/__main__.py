@@ -18,6 +18,10 @@ COMMANDS = {
     "policy": ("perf.bench_policy", "drafting policies: tokens per step, waste and µs per step"),
     "open": ("perf.open_index", "open a static index, and the first drafts after it, at every size"),
     "speedup": ("perf.speedup", "generation speed with real forward passes: tokens/s with and without drafting"),
+    "batch-replay": (
+        "perf.batch_replay",
+        "several requests open at once, offline: real outputs drafted through R rows",
+    ),
     "vllm-speedup": ("perf.vllm_speedup", "generation speed in vLLM's engine: lookupdec's and vLLM's n-gram drafts"),
     "length-replay": ("perf.length_replay", "the adaptive draft length on a fake clock, a given verify curve"),
     "batch-invariance": ("perf.batch_invariance", "llama.cpp: does a verified draft give one-token decoding's argmax?"),

@@ -21,6 +21,10 @@ speculative configs:
   drafted token against the step's cost (``LOOKUPDEC_ADAPTIVE=0``; ``hybrid`` prices them, the
   adapter's default, :class:`lookupdec.adapters.BatchCost`).
 
+With ``--tree DIR`` (another checkout, built in place: e.g. a git worktree of an earlier
+revision), every lookupdec config also runs from that tree as ``NAME@base``, in the same
+rotation: a change to lookupdec measured side by side in vLLM.
+
 vLLM holds one engine per process, so every (round, config) runs in a fresh worker process,
 the configs' order rotated each round; an engine's start is not timed. A generation's decoding
 time is the time of ``max_tokens=N`` minus that of ``max_tokens=1`` on the same prompt (its
@@ -59,6 +63,9 @@ REPO: Final = Path(__file__).resolve().parents[1]
 
 FIXED: Final = "hybrid/fixed"
 """The hybrid policy steered to its waste target, as before the adapter priced drafts (``LOOKUPDEC_ADAPTIVE=0``)."""
+
+BASE: Final = "@base"
+"""Suffix of a config run from ``--tree``'s checkout instead of this one."""
 
 CONFIGS: Final = ("none", "vllm-ngram", "vllm-ngram/2-5", "llama", "hybrid", FIXED)
 """The speculative configs ``--configs`` chooses from by default, besides ``hybrid/wW`` (the module's
@@ -250,17 +257,23 @@ def to_run(config: str, k: int, res: dict[str, Any]) -> Run:
 
 
 def run_worker(python: str, model_dir: Path, config: str, k: int, args: argparse.Namespace, prompts: Path) -> list[Any]:
-    """Start one worker process; its results, or an error naming the config and the worker's last words."""
+    """Start one worker process; its results, or an error naming the config and the worker's last words.
+
+    A ``NAME@base`` config runs ``NAME`` with ``args.tree``'s checkout (its worker and its lookupdec)."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = Path(f.name)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    repo = REPO
+    if config.endswith(BASE):
+        config = config.removesuffix(BASE)
+        repo = Path(args.tree).resolve()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     if args.threads:
         # vLLM's CPU backend binds its OpenMP threads to cores itself (all of them by default)
         env["OMP_NUM_THREADS"] = str(args.threads)
         env["VLLM_CPU_OMP_THREADS_BIND"] = "0" if args.threads == 1 else f"0-{args.threads - 1}"
     cmd = [python, "-m", "perf.vllm_speedup", "--worker", str(model_dir), config, str(k), str(args.new_tokens)]
     cmd += [args.dtype, str(prompts), str(out), "batch" if args.batch else "single", str(args.max_seqs)]
-    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env, cwd=repo, capture_output=True, text=True)
     try:
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
@@ -269,6 +282,26 @@ def run_worker(python: str, model_dir: Path, config: str, k: int, args: argparse
         return results
     finally:
         out.unlink(missing_ok=True)
+
+
+def save_outputs(path: Path, prompts: list[tuple[str, list[int]]], runs: list[Run], new_tokens: int) -> None:
+    """Write ``prompts`` and no speculation's outputs for them (its first round's) to ``path``.
+
+    JSON: ``{"new_tokens": N, "requests": [{"name", "prompt", "output"}, ...]}``; a batch's output
+    is its requests' outputs one after another, each ``new_tokens`` long."""
+    plain = [r for r in runs if r.drafter == "none"]
+    by_name: dict[str, list[int]] = {}
+    for r in plain:
+        by_name.setdefault(r.workload, r.output)
+    outputs: list[list[int]] = []
+    for name, _ in prompts:
+        if name in by_name:
+            outputs.append(by_name[name])
+    if not outputs:  # a batch: one workload with every request's output
+        joined: list[int] = next(iter(by_name.values()), [])
+        outputs = [joined[i * new_tokens : (i + 1) * new_tokens] for i in range(len(prompts))]
+    requests = [{"name": name, "prompt": ids, "output": out} for (name, ids), out in zip(prompts, outputs, strict=True)]
+    path.write_text(json.dumps({"new_tokens": new_tokens, "requests": requests}))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -314,6 +347,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "each finished one replaced by the next waiting (default: vLLM's)",
     )
     p.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR, help="where the checkpoint is exported")
+    p.add_argument(
+        "--tree",
+        metavar="DIR",
+        help="another checkout, built in place (e.g. a git worktree of an earlier revision): every lookupdec "
+        "config also runs from it as NAME@base, side by side",
+    )
+    p.add_argument(
+        "--save-outputs",
+        metavar="FILE",
+        help="write the prompts and no speculation's outputs here (JSON), for python -m perf batch-replay",
+    )
     p.add_argument("--json", help="write the runs and rows here")
     p.add_argument(
         "--check",
@@ -325,6 +369,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     for c in configs:
         speculative_config(c, 1)  # an unknown name fails here, before any worker starts
+    if args.tree:
+        tree = Path(args.tree).resolve()
+        if not (tree / "perf" / "vllm_speedup.py").is_file():
+            p.error(f"--tree {args.tree}: not a lookupdec checkout with perf/vllm_speedup.py")
+        if not any((tree / "lookupdec" / "fast").glob("_hybrid.*.so")):
+            p.error(
+                f"--tree {args.tree}: its lookupdec.fast is not compiled (build it there: "
+                "python setup.py build_ext --inplace)"
+            )
+        configs += [c + BASE for c in configs if lookupdec_env(c)]
     if "none" not in configs:
         p.error("--configs must include none: speedups are over it")
     if not 1 <= args.prompts <= 4 * TASK_SETS:
@@ -361,6 +415,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     runs.append(run)
     finally:
         prompts_file.unlink(missing_ok=True)
+    if args.save_outputs:
+        save_outputs(Path(args.save_outputs), prompts, runs, args.new_tokens)
     for run in runs:
         if run.drafter != "none" and plain.get(run.workload) not in (None, run.output):
             differs.append(f"{run.drafter} k={run.k} {run.workload}")

@@ -167,3 +167,79 @@ def test_prompts_and_max_seqs_checked(monkeypatch: pytest.MonkeyPatch, capsys: p
         with pytest.raises(SystemExit):
             vs.main(["--python", sys.executable, *argv])
         assert message in capsys.readouterr().err
+
+
+def fake_tree(root: Path, compiled: bool = True) -> Path:
+    """A checkout for --tree: perf/vllm_speedup.py and (``compiled``) a built lookupdec.fast._hybrid."""
+    (root / "perf").mkdir(parents=True)
+    (root / "perf" / "vllm_speedup.py").write_text("")
+    (root / "lookupdec" / "fast").mkdir(parents=True)
+    if compiled:
+        (root / "lookupdec" / "fast" / "_hybrid.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    return root
+
+
+def test_tree_runs_lookupdec_configs_beside_this_checkout(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: list[str] = []
+
+    def fake_worker(python: str, model_dir: Path, config: str, k: int, args: Any, prompts: Path) -> list[Any]:
+        seen.append(config)
+        out = list(range(20))
+        return [dict(name="rename", prefill=0.1, total=1.1, accepted=5.0, drafted=9.0, outputs=[out])]
+
+    monkeypatch.setattr(vs, "export_smollm2", lambda out: out)
+    monkeypatch.setattr(vs, "chat_prompts", lambda model_dir, n=4: [("rename", [1, 2, 3])])
+    monkeypatch.setattr(vs, "run_worker", fake_worker)
+    tree = fake_tree(tmp_path / "base")
+    argv = ["--python", sys.executable, "--configs", "none,vllm-ngram,hybrid", "--rounds", "1", "--tree", str(tree)]
+    assert vs.main(argv) == 0
+    assert seen == ["none", "vllm-ngram", "hybrid", "hybrid@base"]  # vLLM's own configs are not lookupdec's
+    assert "hybrid@base" in capsys.readouterr().out
+    for bad, message in (
+        (tmp_path / "none", "not a lookupdec checkout"),
+        (fake_tree(tmp_path / "raw", False), "not compiled"),
+    ):
+        with pytest.raises(SystemExit):
+            vs.main([*argv[:-1], str(bad)])
+        assert message in capsys.readouterr().err
+
+
+def test_worker_of_a_base_config_runs_from_the_tree(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import argparse
+    import subprocess
+
+    calls: list[tuple[list[str], dict[str, Any]]] = []
+
+    def fake_run(cmd: list[str], **kwargs: Any) -> Any:
+        calls.append((cmd, kwargs))
+        Path(cmd[-3]).write_text("[]")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    tree = tmp_path / "base"
+    args = argparse.Namespace(threads=0, new_tokens=8, dtype="float32", batch=True, max_seqs=4, tree=str(tree))
+    for config in ("hybrid", "hybrid@base"):
+        vs.run_worker(sys.executable, tmp_path, config, 4, args, tmp_path / "p.json")
+    (here, here_kw), (base, base_kw) = calls
+    assert here[5] == base[5] == "hybrid"  # the config the worker runs: the same name in both trees
+    assert here_kw["cwd"] == vs.REPO and base_kw["cwd"] == tree.resolve()
+    assert base_kw["env"]["PYTHONPATH"].split(":")[0] == str(tree.resolve())
+
+
+def test_save_outputs_for_batch_replay(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from perf.batch_replay import read_outputs
+
+    first, second = list(range(10, 16)), list(range(20, 26))
+
+    def fake_worker(python: str, model_dir: Path, config: str, k: int, args: Any, prompts: Path) -> list[Any]:
+        return [dict(name=vs.batch_name(2), prefill=0.1, total=1.1, accepted=2.0, drafted=4.0, outputs=[first, second])]
+
+    monkeypatch.setattr(vs, "export_smollm2", lambda out: out)
+    monkeypatch.setattr(vs, "chat_prompts", lambda model_dir, n=4: [("rename", [1, 2, 3]), ("code", [4, 5])])
+    monkeypatch.setattr(vs, "run_worker", fake_worker)
+    saved = tmp_path / "outputs.json"
+    argv = ["--python", sys.executable, "--configs", "none,llama", "--rounds", "1", "--batch", "--new-tokens", "6"]
+    assert vs.main([*argv, "--save-outputs", str(saved)]) == 0
+    assert read_outputs(saved) == [([1, 2, 3], first), ([4, 5], second)]
