@@ -72,14 +72,23 @@ CONFIGS: Final = ("none", "vllm-ngram", "vllm-ngram/2-5", "llama", "hybrid", FIX
 docstring says what each is)."""
 
 
+POLICY_VARS: Final = ("LOOKUPDEC_POLICY", "LOOKUPDEC_TARGET_WASTE", "LOOKUPDEC_ADAPTIVE")
+"""The variables that choose the adapter's policy: a worker takes them from its config alone."""
+
+
 def lookupdec_env(config: str) -> dict[str, str]:
-    """The ``LOOKUPDEC_*`` environment a worker of ``config`` runs with (none for vLLM's own configs)."""
+    """The ``LOOKUPDEC_*`` environment a worker of ``config`` runs with (none for vLLM's own configs).
+
+    Explicit about pricing, so that the caller's own ``LOOKUPDEC_ADAPTIVE`` cannot turn ``hybrid``
+    into ``hybrid/fixed`` (the worker drops the caller's :data:`POLICY_VARS` too)."""
     if config == FIXED:
         return {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_ADAPTIVE": "0"}
     policy, sep, waste = config.partition("/w")
     if policy not in ("llama", "hybrid") or (sep and policy != "hybrid"):
         return {}
-    return {"LOOKUPDEC_POLICY": policy, **({"LOOKUPDEC_TARGET_WASTE": waste} if sep else {})}
+    if sep:
+        return {"LOOKUPDEC_POLICY": policy, "LOOKUPDEC_TARGET_WASTE": waste, "LOOKUPDEC_ADAPTIVE": "0"}
+    return {"LOOKUPDEC_POLICY": policy, "LOOKUPDEC_ADAPTIVE": "1" if policy == "hybrid" else "0"}
 
 
 DEFAULT_MODEL_DIR: Final = Path.home() / ".cache" / "lookupdec" / "smollm2-135m-instruct-hf"
@@ -186,6 +195,8 @@ def worker(
     """In vLLM's Python: one engine with ``config``; time every prompt (``batch``: all at once); results to ``out``.
 
     ``max_seqs``: vLLM's ``max_num_seqs`` (0: its default)."""
+    for name in POLICY_VARS:  # the config alone says which policy runs
+        os.environ.pop(name, None)
     os.environ.update(lookupdec_env(config))
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt

@@ -27,8 +27,13 @@ def test_speculative_configs() -> None:
         vs.speculative_config("eagle", 4)
     # the hybrid policy at another waste target: the same proposer, steered by its environment
     assert vs.speculative_config("hybrid/w0.5", 4) == vs.speculative_config("hybrid", 4)
-    assert vs.lookupdec_env("hybrid/w0.5") == {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_TARGET_WASTE": "0.5"}
-    assert vs.lookupdec_env("llama") == {"LOOKUPDEC_POLICY": "llama"} and vs.lookupdec_env("vllm-ngram") == {}
+    assert vs.lookupdec_env("hybrid/w0.5") == {
+        "LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_TARGET_WASTE": "0.5", "LOOKUPDEC_ADAPTIVE": "0"
+    }  # fmt: skip
+    assert vs.lookupdec_env("llama") == {"LOOKUPDEC_POLICY": "llama", "LOOKUPDEC_ADAPTIVE": "0"}
+    assert vs.lookupdec_env("vllm-ngram") == {}
+    # priced: said explicitly, so that a caller's LOOKUPDEC_ADAPTIVE=0 cannot change the config
+    assert vs.lookupdec_env("hybrid") == {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_ADAPTIVE": "1"}
     assert vs.lookupdec_env("hybrid/fixed") == {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_ADAPTIVE": "0"}
     assert vs.speculative_config("hybrid/fixed", 4) == vs.speculative_config("hybrid", 4)
     for bad in ("hybrid/wsome", "hybrid/w65", "hybrid/w"):
@@ -243,3 +248,37 @@ def test_save_outputs_for_batch_replay(monkeypatch: pytest.MonkeyPatch, tmp_path
     argv = ["--python", sys.executable, "--configs", "none,llama", "--rounds", "1", "--batch", "--new-tokens", "6"]
     assert vs.main([*argv, "--save-outputs", str(saved)]) == 0
     assert read_outputs(saved) == [([1, 2, 3], first), ([4, 5], second)]
+
+
+def test_worker_takes_the_policy_from_its_config_alone(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import types
+
+    class Started(Exception):
+        pass
+
+    seen: dict[str, str] = {}
+
+    class FakeLLM:
+        def __init__(self, **kwargs: Any) -> None:
+            import os
+
+            seen.update({k: v for k, v in os.environ.items() if k in vs.POLICY_VARS})
+            raise Started
+
+    vllm = types.ModuleType("vllm")
+    vllm.LLM = FakeLLM  # type: ignore[attr-defined]
+    vllm.SamplingParams = object  # type: ignore[attr-defined]
+    inputs = types.ModuleType("vllm.inputs")
+    inputs.TokensPrompt = dict  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+    # the caller's own settings, which would make "hybrid" another config (set through monkeypatch,
+    # which restores all three: the worker changes os.environ itself)
+    monkeypatch.setenv("LOOKUPDEC_POLICY", "llama")
+    monkeypatch.setenv("LOOKUPDEC_ADAPTIVE", "0")
+    monkeypatch.setenv("LOOKUPDEC_TARGET_WASTE", "1.5")
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps([["rename", [1, 2, 3]]]))
+    with pytest.raises(Started):
+        vs.worker(str(tmp_path), "hybrid", 4, 8, "float32", str(prompts), str(tmp_path / "out.json"))
+    assert seen == {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_ADAPTIVE": "1"}
