@@ -15,9 +15,9 @@ output's first token comes from the prefill, as in vLLM::
 Drafters: ``hybrid@T`` (lookupdec's hybrid policy at a fixed threshold ``T``: the price vLLM's
 adapter sets from the step's cost, see ``lookupdec.adapters.BatchCost``), ``llama`` and
 ``vllm-ngram/2-5`` (vLLM's n-gram rule, :class:`perf.peers.VllmNgram`, one per request: it
-keeps nothing across requests). Tokens per step and drafted tokens per step, summed over the
-requests. A real engine's speed also depends on what a verified token costs: measure that
-with ``perf vllm-speedup``.
+keeps nothing across requests). Tokens per step, drafted tokens per step and microseconds per
+step (drafting and the drafter's updates), summed over the requests. A real engine's speed also
+depends on what a verified token costs: measure that with ``perf vllm-speedup``.
 """
 
 from __future__ import annotations
@@ -26,32 +26,33 @@ import argparse
 import importlib
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from perf.peers import Generation, VllmNgram
+
 VLLM_NGRAM: Final = "vllm-ngram/2-5"
 
 
 @dataclass
-class Counts:
-    """Steps, drafted and accepted tokens, and tokens committed after each prompt's first (the prefill's)."""
+class Counts(Generation):
+    """:class:`perf.peers.Generation`'s counts summed over the requests, and the tokens they
+    committed after each prompt's first (the prefill's)."""
 
-    steps: int = 0
-    drafted: int = 0
-    accepted: int = 0
     decoded: int = 0
 
     @property
     def tokens_per_step(self) -> float:
         """Committed tokens per request and step."""
-        return self.decoded / max(self.steps, 1)
+        return self.decoded / max(self.n_steps, 1)
 
     @property
     def drafted_per_step(self) -> float:
         """Drafted tokens per request and step."""
-        return self.drafted / max(self.steps, 1)
+        return self.n_drafted / max(self.n_steps, 1)
 
 
 def read_outputs(path: Path) -> list[tuple[list[int], list[int]]]:
@@ -75,8 +76,6 @@ class NgramRequest:
     """vLLM's n-gram rule (2..5) as one request: the same calls as a lookupdec request."""
 
     def __init__(self, prompt: list[int], k: int) -> None:
-        from perf.peers import VllmNgram
-
         self.rule = VllmNgram(2, 5, k)
         self.tokens = list(prompt)
         self.rule.begin(list(prompt))
@@ -109,16 +108,18 @@ def replay(
             active.append([open_request(target[: len(prompt) + 1]), target, len(prompt) + 1])
         for row in active:
             req, target, n = row
+            t0 = time.perf_counter()
             proposal = req.propose(k)
             m = 0
             while m < len(proposal) and n + m < len(target) and target[n + m] == proposal[m]:
                 m += 1
             new = target[n : n + m + 1]
             req.extend(new)
+            c.t_draft_s += time.perf_counter() - t0  # drafting and the drafter's updates, as teacher_force times them
             row[2] = n + len(new)
-            c.steps += 1
-            c.drafted += len(proposal)
-            c.accepted += m
+            c.n_steps += 1
+            c.n_drafted += len(proposal)
+            c.n_accept += m
             c.decoded += len(new)
         for row in [r for r in active if r[2] >= len(r[1])]:
             row[0].end()
@@ -169,12 +170,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     pairs = read_outputs(args.outputs)
     table = []
     print(f"{len(pairs)} requests, {sum(len(o) for _, o in pairs)} output tokens, k = {args.k}, {args.impl}")
-    print(f"{'drafter':<16} {'rows':>4} {'tokens/step':>12} {'drafted/step':>13} {'accepted':>9}")
+    print(f"{'drafter':<16} {'rows':>4} {'tokens/step':>12} {'drafted/step':>13} {'accepted':>9} {'us/step':>8}")
     for name, make in drafters(thresholds, impl, args.k).items():
         for r in rows:
             c = replay(pairs, make(), r, args.k)
             table.append(dict(drafter=name, rows=r, **vars(c), tokens_per_step=c.tokens_per_step))
-            print(f"{name:<16} {r:>4} {c.tokens_per_step:>12.3f} {c.drafted_per_step:>13.2f} {c.accepted:>9}")
+            us = 1e6 * c.t_draft_s / max(c.n_steps, 1)
+            print(
+                f"{name:<16} {r:>4} {c.tokens_per_step:>12.3f} {c.drafted_per_step:>13.2f} {c.n_accept:>9} {us:>8.1f}"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(table, indent=1))
     return 0
