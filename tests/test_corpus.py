@@ -242,10 +242,12 @@ GIVE_WAY = [6, 7, 9, 1, 6, 7, 9]
 def test_corpus_bigram_gives_way_to_the_requests_token(tmp_path: Path) -> None:
     """Hand-worked: the earlier requests had 7 (followed by 2, twice) but never (6, 7), so the
     corpus's (6, 7) -> 9 is not followed: the one-token fallback's votes are 2 twice (the
-    requests') and 9 twice (the corpus's 7s), and the newest of the tied wins, 2. Requests that
-    never had 7 follow the corpus's bigram (9); requests that had (6, 7) too follow both."""
+    requests') and 9 twice (the corpus's 7s), and 2 wins (the requests' recent occurrences weigh
+    more than the corpus's). Requests that never had 7 follow the corpus's bigram (9); requests
+    that had (6, 7) too follow both, and their one recent occurrence (-> 5, 4 tokens back: a vote
+    of 65536 // 4**2) outweighs the corpus's two (an age of 2**24: 65536 // 26**2 each)."""
     base = CORPUS_BASE
-    for earlier, want in (([[3, 7, 2], [4, 7, 2]], 2), ([[3, 8, 2]], 9), ([[6, 7, 5]], 9)):
+    for earlier, want in (([[3, 7, 2], [4, 7, 2]], 2), ([[3, 8, 2]], 9), ([[6, 7, 5]], 5)):
         h = ref.SuffixHistory()
         h.add_corpus(GIVE_WAY)
         for r in earlier:

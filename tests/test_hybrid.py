@@ -17,6 +17,31 @@ from tests.impls import FastImpl, ImplTests, ReferenceImpl
 DATA = DEMO_DATA
 
 
+VOTE_BITS_4 = 65536 // 5**2
+"""The vote weight of an occurrence 8-15 tokens back (age of bit length 4), by the rule."""
+
+
+def age_votes(requests: list[list[int]], query: list[int], window: int) -> dict[int, int]:
+    """The weighted vote the hybrid policy's rule gives for the token after ``query`` (a new
+    request) once ``requests`` are in the history: every earlier occurrence of the query's last
+    two tokens (or, if they never occurred, of its last token), newest ``window`` of them, votes
+    for the token after it with ``65536 // (b + 1) ** 2``, ``b`` the bit length of how far back
+    from the stream's end it is. Written from the rule (docs/hybrid.md), for hand-worked tests whose
+    occurrences all match equally long."""
+    stream: list[int] = []
+    for r in [*requests, query]:
+        stream += [-1, *r]
+    n = len(stream)
+    for key in (query[-2:], query[-1:]):
+        at = [p for p in range(len(key), n) if stream[p - len(key) : p] == key]
+        if at:
+            break
+    votes: dict[int, int] = {}
+    for p in sorted(at, reverse=True)[:window]:
+        votes[stream[p]] = votes.get(stream[p], 0) + 65536 // ((n - p).bit_length() + 1) ** 2
+    return votes
+
+
 def demo(name: str, n: int) -> list[int]:
     return list(np.fromfile(DATA / name, dtype="<i4")[:n].tolist())
 
@@ -196,18 +221,31 @@ class HybridTests(ImplTests):
         assert self.propose(s, [7, 9], 2) == [4, 1]
 
     def test_unseen_bigram_votes_over_the_newest_64(self) -> None:
-        # 9 followed by 4 sixty times, then by 5 forty times (each after a different token, so no
-        # bigram repeats): only the newest 64 occurrences of 9 vote, 40 fives against 24 fours (all
-        # 100 would give 4); the fast path keeps exactly those 64 per token, in a ring
-        requests = [[k, 9, 4] for k in range(10, 70)] + [[k, 9, 5] for k in range(70, 110)]
-        s = self.state(*requests)
-        assert self.propose(s, [7, 9], 1) == [5]
-        # 30 more fours: now 30 fours and 34 fives among the newest 64
-        s = self.state(*requests, *[[k, 9, 4] for k in range(110, 140)])
-        assert self.propose(s, [7, 9], 1) == [5]
-        # 33 more fours: 33 fours, 31 fives
-        s = self.state(*requests, *[[k, 9, 4] for k in range(110, 143)])
-        assert self.propose(s, [7, 9], 1) == [4]
+        # 9 followed by 4 three hundred times, then 64 times by 5 or 4 (40 fives, 24 fours, mixed),
+        # each after a different token, so no bigram repeats: only the newest 64 occurrences of 9
+        # vote, and 5 wins; counted or weighed by age, all 364 would give 4
+        old = [[k, 9, 4] for k in range(10, 310)]
+        recent = [[k, 9, 4 if k % 8 in (2, 5, 7) else 5] for k in range(310, 374)]
+        assert sum(r[2] == 5 for r in recent) == 40
+        everything = [*old, *recent]
+        assert max((4, 5), key=lambda t: age_votes(everything, [7, 9], 10_000)[t]) == 4
+        assert max((4, 5), key=lambda t: age_votes(everything, [7, 9], 64)[t]) == 5
+        assert self.propose(self.state(*everything), [7, 9], 1) == [5]
+
+    def test_recent_occurrences_outweigh_more_older_ones(self) -> None:
+        # three old occurrences of (8, 9) followed by 1, then two recent ones followed by 2
+        requests = [[7, 8, 9, 1]] * 3 + [[7, 8, 9, 2]] * 2
+        votes = age_votes(requests, [7, 8, 9], 64)
+        assert votes[2] > votes[1]  # worked out below from the rule, not by the code under test
+        assert self.propose(self.state(*requests), [7, 8, 9], 1) == [2]
+        # and the other way round: the ones are recent, they win with fewer votes too
+        requests = [[7, 8, 9, 2]] * 2 + [[7, 8, 9, 1]] * 3
+        assert self.propose(self.state(*requests), [7, 8, 9], 1) == [1]
+        # many more old votes than recent ones: the count wins back
+        requests = [[7, 8, 9, 1]] * 12 + [[7, 8, 9, 2]] * 2
+        votes = age_votes(requests, [7, 8, 9], 64)
+        assert votes[1] > votes[2]
+        assert self.propose(self.state(*requests), [7, 8, 9], 1) == [1]
 
     def test_support_class(self) -> None:
         support_class = self.hybrid_module().support_class
@@ -221,6 +259,11 @@ class HybridTests(ImplTests):
         assert self.propose(s, [7, 8, 9], 1) == [2]
         s = self.state([7, 8, 9, 2], [7, 8, 9, 1])
         assert self.propose(s, [7, 8, 9], 1) == [1]  # one vote each: the newest occurrence
+        # equal weights (ages of the same bit length: 8 and 14 tokens back, both 4 bits): the newest
+        requests = [[8, 9, 2, 5, 6], [8, 9, 1, 5, 6, 4, 4]]
+        s = self.state(*requests)
+        assert age_votes(requests, [8, 9], 64) == {2: VOTE_BITS_4, 1: VOTE_BITS_4}
+        assert self.propose(s, [8, 9], 1) == [1]
 
     def test_matches_inside_the_request(self) -> None:
         s = self.state()

@@ -46,7 +46,8 @@ class DetachedTests(ImplTests):
 
     def test_its_own_occurrences_come_first(self) -> None:
         # The owner's tokens have (1, 2, 3) followed by 8, the request's own by 4: one vote each,
-        # and a tie goes to the newest, the request's own.
+        # and the request's own is the newer (its tokens count as coming after the history's), so
+        # its vote weighs more.
         s = self.state([1, 2, 3, 8, 8, 8])
         assert self.detached(s, [1, 2, 3, 4, 0, 1, 2, 3])[0] == 4
         # Where its own tokens match only the last token, the history's longer match drafts.

@@ -132,6 +132,7 @@ class SuffixHistory:
     req_start: i64
     cand_p: vec[i64]
     act: vec[i64]
+    act_w: vec[i64]
     last_best: i64
     cand_len: vec[i64]
     n_cand: i64
@@ -153,6 +154,7 @@ class SuffixHistory:
         self.req_start = 0  # where the latest request starts (after its separator)
         self.cand_p = vec[i64]()
         self.act = vec[i64]()
+        self.act_w = vec[i64]()  # the vote weight of each of act's candidates (HybridState._follow)
         self.last_best = 0
         self.cand_len = vec[i64]()
         self.n_cand = 0
@@ -563,6 +565,7 @@ class SuffixHistory:
         if i64(len(self.cand_p)) < cap:
             self.cand_p = zeros_i64(cap)
             self.act = zeros_i64(cap)
+            self.act_w = zeros_i64(cap)
             self.cand_len = zeros_i64(cap)
             self.next_t = filled_i32(cap, SEP)
             size: i64 = 1

@@ -28,7 +28,7 @@ from lookupdec.fast._history import (
     SuffixHistory,
 )
 from lookupdec.fast._source import ABSENT, StaticSource
-from lookupdec.fast._tables import M32, NGRAM_MAX, NGRAM_MIN, filled_i32, zeros_i64
+from lookupdec.fast._tables import NGRAM_MAX, NGRAM_MIN, filled_i32, zeros_i64
 from lookupdec.fast._tree import VOTE_HASH, TreeVotes, add_branch
 from lookupdec.rules import check_branches, check_target_waste
 
@@ -71,10 +71,44 @@ PRIOR_TRIED: Final = 2.0
 DECAY_AT: Final[i64] = 1 << 14
 """A statistic's counts are halved (integer division) when its ``tried`` reaches this: recent steps weigh more."""
 
-VOTE_ONE: Final[i64] = 1 << 32
-"""One vote in a vote slot's score (count << 32 | rank of the token's first candidate)."""
+VOTE_SCALE: Final[i64] = 1 << 16
+"""An occurrence's vote weighs ``VOTE_SCALE // (b + 1) ** 2``, ``b`` the bit length of its age."""
+CORPUS_AGE: Final[i64] = 1 << 24
+"""The age a corpus occurrence votes with (older than every request's)."""
+VOTE_W_SHIFT: Final[i64] = 24
+VOTE_C_SHIFT: Final[i64] = 12
+VOTE_RANK: Final[i64] = (1 << 12) - 1
+"""A vote slot's score: weight sum << 24 | count << 12 | (4095 - the token's first candidate), so
+the highest score is the heaviest vote, then the most followed, then the newest. Weights are at
+most 2^16 and the candidates fewer than 2^12 (at most 192: a detached request's own and the
+history's), so the sum stays below 2^28 and the score below 2^52."""
 VOTE_STAMP_MAX: Final[i64] = 1 << 30
 """Vote rounds before the vote table is cleared (its keys hold the round's stamp << 32)."""
+
+
+def bit_length(x: i64) -> i64:
+    """The bit length of ``x`` >= 0 (``int.bit_length``, with native ints: a method call on a boxed
+    int per candidate would cost more than the vote)."""
+    n: i64 = 0
+    if x >= 1 << 32:
+        x >>= 32
+        n += 32
+    if x >= 1 << 16:
+        x >>= 16
+        n += 16
+    if x >= 1 << 8:
+        x >>= 8
+        n += 8
+    while x > 0:
+        x >>= 1
+        n += 1
+    return n
+
+
+def vote_weight(age: i64) -> i64:
+    """The weight of the vote of an occurrence ``age`` tokens back (the reference's ``vote_weight``)."""
+    b = bit_length(age) + 1
+    return VOTE_SCALE // (b * b)
 
 
 def support_class(count: i64, n_active: i64) -> i64:
@@ -345,12 +379,28 @@ class HybridState:
         # The candidates followed: every occurrence matching at most match_slack shorter than the
         # best, in h.act (n_act of them), newest first; h.cand_p stays as _collect left it.
         act = h.act
+        act_w = h.act_w
         cand = h.cand_p
         n_act: i64 = 0
         shortest = best - self.match_slack
+        # Each followed occurrence votes with a weight by its age (vote_weight), counted back from
+        # the end of the requests' stream, or for a detached request from the end of its own tokens
+        # (after the history's: its own occurrences are its newest); the corpus's is fixed.
+        n_toks = i64(len(h.toks))
+        n_own: i64 = 0
+        if own is not None:
+            n_own = i64(len(own.toks))
+        w_corpus = vote_weight(CORPUS_AGE)
         for j in range(h.n_cand):
             if h.cand_len[j] >= shortest:
-                act[n_act] = cand[j]
+                cp = cand[j]
+                act[n_act] = cp
+                if cp >= OWN_BASE:
+                    act_w[n_act] = vote_weight(n_own - (cp - OWN_BASE))
+                elif cp >= CORPUS_BASE:
+                    act_w[n_act] = w_corpus
+                else:
+                    act_w[n_act] = vote_weight(n_own + n_toks - cp)
                 n_act += 1
         vk = h.vote_k
         vs = h.vote_s
@@ -360,14 +410,15 @@ class HybridState:
         b1 = h._query_at(q, 0)
         k: i64 = 0
         while k < n_max:
-            # The most frequent next token among the candidates; on a tie the newest one's, i.e.
-            # the one whose first (newest) candidate comes first. Counted in an open-addressing
+            # The next token with the heaviest vote among the candidates (their weights summed);
+            # on a tie the most followed, then the newest one's, i.e. the one whose first (newest)
+            # candidate comes first. Counted in an open-addressing
             # table of at least twice the candidates (O(candidates), where comparing with each
             # distinct token so far was O(candidates x distinct tokens): the cost of the one-token
             # fallback's 64 votes). A slot is two words, so a probe reads two vecs (each read is
             # a bounds check too): its key, this round's stamp << 32 | the token (a slot of an
-            # older stamp is free: no clearing), and its score, count << 32 | (2^32 - 1 - the
-            # token's first candidate), so the highest score is the vote's winner, tie included.
+            # older stamp is free: no clearing), and its score (see VOTE_RANK), so the highest
+            # score is the vote's winner, ties included.
             h._next_tokens(act, n_act, k, nx)  # the request stream's or the corpus's (-1 past their ends)
             stamp = h.vote_stamp + 1
             if stamp >= VOTE_STAMP_MAX:  # the key's high half would overflow: start the table afresh
@@ -388,12 +439,12 @@ class HybridState:
                 while True:
                     w = vk[g]
                     if w == key:
-                        sc = vs[g] + VOTE_ONE
+                        sc = vs[g] + (act_w[i] << VOTE_W_SHIFT) + (1 << VOTE_C_SHIFT)
                         vs[g] = sc
                         break
                     if w < high:  # an older round's (or never used): free
                         vk[g] = key
-                        sc = VOTE_ONE + (M32 - i)
+                        sc = (act_w[i] << VOTE_W_SHIFT) + (1 << VOTE_C_SHIFT) + (VOTE_RANK - i)
                         vs[g] = sc
                         break
                     g = (g + 1) & vmask
@@ -402,8 +453,8 @@ class HybridState:
                     best_t = ti
             if best_s == 0:
                 break
-            best_c = best_s >> 32
-            best_f = M32 - (best_s & M32)
+            best_c = (best_s >> VOTE_C_SHIFT) & VOTE_RANK
+            best_f = VOTE_RANK - (best_s & VOTE_RANK)
             cur = source_class(cur_start, act[best_f])
             cell = stat_cell(best_c, n_act, best + k, static_class(st, b2, b1, best_t), kind, cur)
             prob = prob * self._estimate(cell)
@@ -420,6 +471,7 @@ class HybridState:
             for i in range(n_act):
                 if nx[i] == best_t:
                     act[n_kept] = act[i]
+                    act_w[n_kept] = act_w[i]
                     n_kept += 1
             n_act = n_kept
         return drafted, cells
