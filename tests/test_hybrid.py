@@ -152,33 +152,39 @@ class HybridTests(ImplTests):
 
     def test_one_token_shorter_matches_vote(self) -> None:
         # the older occurrence matches 3 tokens (5, 7, 8), the newer 2: with MATCH_SLACK = 1 both
-        # are followed, one vote each: the newest occurrence's token
+        # are followed, the shorter with a quarter of its age's weight: 1 is 10 tokens back
+        # (65536 // 5**2 = 2621), 2 is 5 back (65536 // 4**2 // 4 = 1024)
         s = self.state([5, 7, 8, 1], [6, 7, 8, 2])
-        assert self.propose(s, [5, 7, 8], 1) == [2]
-        # two shorter matches agreeing on 2 outvote the single longest one
-        s = self.state([6, 7, 8, 2], [5, 7, 8, 1], [3, 7, 8, 2])
+        assert self.propose(s, [5, 7, 8], 1) == [1]
+        # three shorter matches agreeing on 2 outvote the single longest one: 1 is 20 back (1820),
+        # the twos 15, 10 and 5 back (655 + 655 + 1024)
+        s = self.state([5, 7, 8, 1], [3, 7, 8, 2], [4, 7, 8, 2], [6, 7, 8, 2])
         assert self.propose(s, [5, 7, 8], 1) == [2]
         # newest and longest: its token
         s = self.state([6, 7, 8, 2], [5, 7, 8, 1])
         assert self.propose(s, [5, 7, 8], 1) == [1]
-        # the draft goes on with the occurrences that agreed on 2 only: their next tokens 3 (the
-        # newest) and 9 tie, 3 is drafted (the one that drafted 1 would have made it 9 by majority)
-        s = self.state([6, 7, 8, 2, 9], [5, 7, 8, 1, 9], [3, 7, 8, 2, 3])
+        # the draft goes on with the occurrences that agreed on 2 only: 2 wins (455 + 655 + 1024
+        # against 1820), then their next tokens 3 (455 + 1024) and 9 (655) give 3; the longest
+        # occurrence, which drafted 1 and goes on with 9 (1820), would have made it 9
+        s = self.state([6, 7, 8, 2, 3], [5, 7, 8, 1, 9], [3, 7, 8, 2, 9], [4, 7, 8, 2, 3])
         assert self.propose(s, [5, 7, 8], 2) == [2, 3]
 
     def test_corpus_is_one_earlier_request(self) -> None:
         # add_corpus: the corpus, older than every request; its occurrences of (7, 8) are compared
         # newest first after the requests' (in the fast path, from its corpus file's runs)
+        # every corpus occurrence votes as 2^24 tokens old (65536 // 26**2 = 96), a shorter match a
+        # quarter of that (24): the five shorter ones agreeing on 2 (120) outvote the longest (96)
+        corpus = [5, 7, 8, 1, 3, 6, 7, 8, 2, 3, 9, 7, 8, 2, 3, 10, 7, 8, 2, 3, 11, 7, 8, 2, 3, 12, 7, 8, 2]
         for slack, expected in ((1, [2]), (0, [1])):
             s = self.impl.HybridState(self.impl.SuffixHistory(), 0.02, 16, 0, slack)
-            s.history.add_corpus([5, 7, 8, 1, 3, 6, 7, 8, 2])
-            assert s.history.tokens() == [-1, 5, 7, 8, 1, 3, 6, 7, 8, 2]
+            s.history.add_corpus(corpus)
+            assert s.history.tokens() == [-1, *corpus]
             s.begin_request()
             assert self.propose(s, [5, 7, 8], 1) == expected
-        # with one candidate the newest occurrence of (7, 8), 6 7 8 2, is compared; that used up
+        # with one candidate the newest occurrence of (7, 8), 12 7 8 2, is compared; that used up
         # max_candidates, so the older occurrences of the trigram (4, 7, 8) would be too: none
         s = self.impl.HybridState(self.impl.SuffixHistory(), 0.02, 1, 0, 0)
-        s.history.add_corpus([5, 7, 8, 1, 3, 6, 7, 8, 2])
+        s.history.add_corpus(corpus)
         s.begin_request()
         assert self.propose(s, [4, 7, 8], 1) == [2]
         # a request after the corpus comes first: its (7, 8) is newer than the corpus's

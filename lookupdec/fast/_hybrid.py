@@ -73,6 +73,8 @@ DECAY_AT: Final[i64] = 1 << 14
 
 VOTE_SCALE: Final[i64] = 1 << 16
 """An occurrence's vote weighs ``VOTE_SCALE // (b + 1) ** 2``, ``b`` the bit length of its age."""
+SHORTER_SHIFT: Final[i64] = 2
+"""A match shorter than the longest votes with its age's weight >> 2."""
 CORPUS_AGE: Final[i64] = 1 << 24
 """The age a corpus occurrence votes with (older than every request's)."""
 VOTE_W_SHIFT: Final[i64] = 24
@@ -392,15 +394,18 @@ class HybridState:
             n_own = i64(len(own.toks))
         w_corpus = vote_weight(CORPUS_AGE)
         for j in range(h.n_cand):
-            if h.cand_len[j] >= shortest:
+            cl = h.cand_len[j]
+            if cl >= shortest:
                 cp = cand[j]
                 act[n_act] = cp
+                wt: i64 = w_corpus
                 if cp >= OWN_BASE:
-                    act_w[n_act] = vote_weight(n_own - (cp - OWN_BASE))
-                elif cp >= CORPUS_BASE:
-                    act_w[n_act] = w_corpus
-                else:
-                    act_w[n_act] = vote_weight(n_own + n_toks - cp)
+                    wt = vote_weight(n_own - (cp - OWN_BASE))
+                elif cp < CORPUS_BASE:
+                    wt = vote_weight(n_own + n_toks - cp)
+                if cl < best:  # a match shorter than the longest: a quarter of the vote
+                    wt >>= SHORTER_SHIFT
+                act_w[n_act] = wt
                 n_act += 1
         vk = h.vote_k
         vs = h.vote_s

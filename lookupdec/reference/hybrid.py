@@ -111,6 +111,9 @@ BALANCE_CAP = 100_000_000
 VOTE_SCALE = 1 << 16
 """An occurrence's vote weighs ``VOTE_SCALE // (b + 1) ** 2``, ``b`` the bit length of its age
 (see :func:`vote_weight`)."""
+SHORTER_SHIFT = 2
+"""The vote of an occurrence whose match is shorter than the longest (followed through
+:data:`MATCH_SLACK`) is its age's weight >> 2: a quarter."""
 CORPUS_AGE = 1 << 24
 """The age a corpus occurrence votes with: older than every request's (at most
 :data:`~lookupdec.reference.history.DEFAULT_MAX_TOKENS` tokens back by default)."""
@@ -150,8 +153,9 @@ def vote_weight(age: int) -> int:
     Among the occurrences followed, a recent one predicts the next token better than an old one:
     on the replays' contested votes (two tokens or more), counting every occurrence once picked
     the token that came 21.2 % of the time on code and 19.1 % on WikiText, weighing them by age
-    this way 24.1 % and 20.7 % (a log of the reference replay's votes, 2026-12-05). Integers, so
-    both implementations sum them exactly.
+    this way 24.0 % and 20.7 %, and with a match shorter than the longest at a quarter
+    (:data:`SHORTER_SHIFT`) 24.4 % and 20.9 % (a log of the reference replay's votes, 2026-12-05).
+    Integers, so both implementations sum them exactly.
     """
     return VOTE_SCALE // (age.bit_length() + 1) ** 2
 
@@ -363,11 +367,14 @@ class HybridState:
             return [], []
         best = max(length for _, length in found)
         # newest first: the longest matches and those at most match_slack shorter
-        active = [p for p, length in found if length >= best - self.match_slack]
+        followed = [(p, length) for p, length in found if length >= best - self.match_slack]
+        active = [p for p, _ in followed]
+        # their votes: by age, a quarter for a match shorter than the longest
+        weights = [self._age_weight(p) >> (0 if length >= best else SHORTER_SHIFT) for p, length in followed]
         # the two tokens before the next drafted one, for static_class
         b2 = self.history.query_token(drafted, 1, request)
         b1 = self.history.query_token(drafted, 0, request)
-        return self._walk(active, best, 0, n_max, prob, kind, b2, b1, static)
+        return self._walk(active, best, 0, n_max, prob, kind, b2, b1, static, weights)
 
     def _walk(
         self,
@@ -380,17 +387,18 @@ class HybridState:
         b2: int,
         b1: int,
         static: PartSource,
-        weighted: bool = True,
+        weights: list[int] | None = None,
     ) -> tuple[list[int], list[Cell]]:
         """:meth:`_follow`'s draft from its ``k``-th token on: ``active`` are the occurrences still
         followed (matching ``best`` tokens at most ``match_slack`` shorter), ``b2``, ``b1`` the
         two tokens before the next one, ``prob`` the running estimate so far. Each token is the
-        vote's winner, the occurrences weighed by age (:func:`vote_weight`), or counted once each
-        (``weighted`` False: the tree's alternatives, see :meth:`_runner_ups`)."""
+        vote's winner, the occurrences weighing ``weights`` (see :meth:`_follow`), or counted once
+        each (None: the tree's alternatives, see :meth:`_runner_ups`)."""
         detached = self._own is not None
         out: list[int] = []
         cells: list[Cell] = []
-        weights = [self._age_weight(p) if weighted else 1 for p in active]
+        if weights is None:
+            weights = [1] * len(active)
         while k < n_max:
             nexts = [self._token_at(p + k) for p in active]
             votes = Counter(t for t in nexts if t != SEP)
@@ -714,7 +722,7 @@ class HybridState:
             if p < self.threshold:
                 continue
             follow = [q for q, t in zip(active, nexts, strict=True) if t == r]
-            more, _ = self._walk(follow, best, 1, n_max, p, kind, b1, r, static, weighted=False)
+            more, _ = self._walk(follow, best, 1, n_max, p, kind, b1, r, static)
             add_branch(tree, [*prefix, r, *more], branches)
 
 
