@@ -253,6 +253,13 @@ class HybridTests(ImplTests):
         assert votes[1] > votes[2]
         assert self.propose(self.state(*requests), [7, 8, 9], 1) == [1]
 
+    def test_max_candidates_is_bounded(self) -> None:
+        # the fast path's vote packs a count and a rank in 12 bits each: both refuse more
+        self.impl.HybridState(self.impl.SuffixHistory(), max_candidates=1024)
+        for bad in (0, 1025):
+            with pytest.raises(ValueError, match=r"max_candidates must be in \[1, 1024\]"):
+                self.impl.HybridState(self.impl.SuffixHistory(), max_candidates=bad)
+
     def test_support_class(self) -> None:
         support_class = self.hybrid_module().support_class
         # (count, n_active) -> class, worked from its docstring

@@ -73,6 +73,9 @@ DECAY_AT: Final[i64] = 1 << 14
 
 VOTE_SCALE: Final[i64] = 1 << 16
 """An occurrence's vote weighs ``VOTE_SCALE // (b + 1) ** 2``, ``b`` the bit length of its age."""
+MAX_CANDIDATES_LIMIT: Final = 1024
+"""The largest ``max_candidates``: a vote slot's count and rank have 12 bits each (see VOTE_RANK),
+and a detached request follows up to 2 x (max_candidates + 32) occurrences."""
 SHORTER_SHIFT: Final[i64] = 2
 """A match shorter than the longest votes with its age's weight >> 2."""
 CORPUS_AGE: Final[i64] = 1 << 24
@@ -249,8 +252,8 @@ class HybridState:
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold}")
-        if max_candidates < 1:
-            raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
+        if not 1 <= max_candidates <= MAX_CANDIDATES_LIMIT:
+            raise ValueError(f"max_candidates must be in [1, {MAX_CANDIDATES_LIMIT}], got {max_candidates}")
         if not 0 <= match_slack <= MAX_MATCH:
             raise ValueError(f"match_slack must be in [0, {MAX_MATCH}], got {match_slack}")
         self.match_slack = match_slack

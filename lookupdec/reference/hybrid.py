@@ -111,6 +111,9 @@ BALANCE_CAP = 100_000_000
 VOTE_SCALE = 1 << 16
 """An occurrence's vote weighs ``VOTE_SCALE // (b + 1) ** 2``, ``b`` the bit length of its age
 (see :func:`vote_weight`)."""
+MAX_CANDIDATES_LIMIT = 1024
+"""The largest ``max_candidates``: the fast path packs a vote's count and its first candidate's rank
+into 12 bits each (a detached request follows up to twice ``max_candidates`` + 32 occurrences)."""
 SHORTER_SHIFT = 2
 """The vote of an occurrence whose match is shorter than the longest (followed through
 :data:`MATCH_SLACK`) is its age's weight >> 2: a quarter."""
@@ -238,8 +241,8 @@ class HybridState:
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold}")
-        if max_candidates < 1:
-            raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
+        if not 1 <= max_candidates <= MAX_CANDIDATES_LIMIT:
+            raise ValueError(f"max_candidates must be in [1, {MAX_CANDIDATES_LIMIT}], got {max_candidates}")
         if not 0 <= match_slack <= MAX_MATCH:
             raise ValueError(f"match_slack must be in [0, {MAX_MATCH}], got {match_slack}")
         self.match_slack = match_slack
