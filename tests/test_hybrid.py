@@ -3,6 +3,8 @@ against the reference model (identical drafts, identical replay counts)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,17 +19,17 @@ from tests.impls import FastImpl, ImplTests, ReferenceImpl
 DATA = DEMO_DATA
 
 
-VOTE_BITS_4 = 65536 // 5**2
+VOTE_BITS_4 = (1 << 29) // 5**2
 """The vote weight of an occurrence 8-15 tokens back (age of bit length 4), by the rule."""
 
 
-def age_votes(requests: list[list[int]], query: list[int], window: int) -> dict[int, int]:
+def age_votes(requests: list[list[int]], query: list[int], window: int, exponent: int = 2) -> dict[int, int]:
     """The weighted vote the hybrid policy's rule gives for the token after ``query`` (a new
     request) once ``requests`` are in the history: every earlier occurrence of the query's last
     two tokens (or, if they never occurred, of its last token), newest ``window`` of them, votes
-    for the token after it with ``65536 // (b + 1) ** 2``, ``b`` the bit length of how far back
-    from the stream's end it is. Written from the rule (docs/hybrid.md), for hand-worked tests whose
-    occurrences all match equally long."""
+    for the token after it with ``2**29 // (b + 1) ** exponent``, ``b`` the bit length of how far
+    back from the stream's end it is. Written from the rule (docs/hybrid.md), for hand-worked tests
+    whose occurrences all match equally long."""
     stream: list[int] = []
     for r in [*requests, query]:
         stream += [-1, *r]
@@ -38,7 +40,7 @@ def age_votes(requests: list[list[int]], query: list[int], window: int) -> dict[
             break
     votes: dict[int, int] = {}
     for p in sorted(at, reverse=True)[:window]:
-        votes[stream[p]] = votes.get(stream[p], 0) + 65536 // ((n - p).bit_length() + 1) ** 2
+        votes[stream[p]] = votes.get(stream[p], 0) + (1 << 29) // ((n - p).bit_length() + 1) ** exponent
     return votes
 
 
@@ -253,6 +255,65 @@ class HybridTests(ImplTests):
         assert votes[1] > votes[2]
         assert self.propose(self.state(*requests), [7, 8, 9], 1) == [1]
 
+    def test_the_exponents_are_scored_on_the_text(self) -> None:
+        # six old occurrences of (7, 8) followed by 20 (older yet by 20 other tokens), then one
+        # recent one followed by 30
+        requests = [[7, 8, 20] * 6 + list(range(100, 120)), [7, 8, 30, 40, 41]]
+        query = [50, 51, 52, 53, 54, 9, 7, 8]  # its 8th token is scored (every 8th of a request)
+        winner = {e: max((20, 30), key=age_votes(requests, query, 64, e).__getitem__) for e in (2, 3, 4, 6)}
+        assert winner == {2: 20, 3: 20, 4: 20, 6: 30}  # the rule, worked out apart from the code
+        s = self.state(*requests)
+        assert s.exponent() == 2  # nothing scored yet: the first exponent
+        assert self.propose(s, query)[0] == 20
+        s.observe(0)
+        # The text goes on as the recent occurrence did. Once it has gone as far as the longest of
+        # the drafts kept at its 8th token (exponent 2's: 20, 7, 8, 20, ... 8 tokens), the next 8th
+        # token scores them: 6's draft (30, 40, 41) shares 3 tokens with the text, the others' none.
+        text = [*query, 30, 40, 41, 42, 43, 44, 45, 46]
+        s.sync(text[:15])
+        assert list(s.exponent_scores) == [0, 0, 0, 0]  # 7 tokens after the drafts' start: not yet
+        s.sync(text)
+        assert list(s.exponent_scores) == [0, 0, 0, 3]
+        assert s.exponent() == 2  # a lead of 3 is not enough (EXPONENT_LEAD)
+        # The exponent in use decides the vote: with exponent 6 the recent occurrences outvote the
+        # old ones (by the rule; a query whose matches are all two tokens long), with 2 they do not.
+        requests.append(text)
+        assert max((20, 30), key=age_votes(requests, [6, 7, 8], 64, 2).__getitem__) == 20
+        assert max((20, 30), key=age_votes(requests, [6, 7, 8], 64, 6).__getitem__) == 30
+        s.begin_request()
+        assert self.propose(s, [6, 7, 8])[0] == 20
+        s.observe(0)
+        s.exponent_scores[3] = 65  # over 0 + 0 // 16 + 64
+        assert s.exponent() == 6
+        s.begin_request()
+        assert self.propose(s, [6, 7, 8])[0] == 30
+
+    def test_the_exponents_score_only_within_the_request(self) -> None:
+        # as above, but the request ends before its text has gone far enough: nothing is scored
+        s = self.state([7, 8, 20] * 6 + list(range(100, 120)), [7, 8, 30, 40, 41])
+        s.sync([50, 51, 52, 53, 54, 9, 7, 8, 30, 40, 41, 42, 43, 44, 45])
+        s.begin_request()
+        s.sync(list(range(60, 80)))
+        assert list(s.exponent_scores) == [0, 0, 0, 0]
+
+    def test_another_exponent_needs_a_lead_over_the_first(self) -> None:
+        # another exponent is used only with a score above the first's + 1/16 of it + 64 (EXPONENT_MARGIN,
+        # EXPONENT_LEAD); the best of those, the first on a tie
+        s = self.state()
+        cases = (
+            ([0, 64, 0, 0], 2),
+            ([0, 65, 0, 0], 3),
+            ([160, 234, 0, 0], 2),
+            ([160, 235, 0, 0], 3),
+            ([160, 235, 240, 241], 6),
+            ([1000, 1200, 1200, 900], 3),
+            ([1000, 1000, 1127, 1126], 4),
+        )
+        for scores, exponent in cases:
+            for i, v in enumerate(scores):
+                s.exponent_scores[i] = v
+            assert s.exponent() == exponent, scores
+
     def test_max_candidates_is_bounded(self) -> None:
         # the fast path's vote packs a count and a rank in 12 bits each: both refuse more
         self.impl.HybridState(self.impl.SuffixHistory(), max_candidates=1024)
@@ -397,10 +458,13 @@ def lockstep(
     static: list[int] | None,
     *,
     corpus: list[int] | str | None = None,
+    seen_exponents: set[int] | None = None,
+    scores: list[int] | None = None,
     **kw: Any,
 ) -> int:
     """Drive both states (``HybridState(**kw)``, the history holding ``corpus`` (ids or a corpus file) first if given)
-    through the same requests with caches; assert identical proposals."""
+    through the same requests with caches; assert identical proposals and exponents (adding
+    those the reference used to ``seen_exponents``; the exponents' ``scores`` to start from)."""
     fast = fast_impl()
     states = [
         (impl, impl.HybridState(impl.SuffixHistory(max_tokens), **kw), impl.NgramCache(), impl.NgramCache())
@@ -409,8 +473,12 @@ def lockstep(
     if corpus is not None:
         for _, s, _, _ in states:
             s.history.add_corpus(corpus)
+    for _, s, _, _ in states:
+        for i, v in enumerate(scores or []):
+            s.exponent_scores[i] = v
     statics = [impl.build_static(static) if static else None for impl in (fast, ref)]
     steps = 0
+    exponents = set()
     for start in range(0, len(tokens) - 1, chunk):
         part = tokens[start : start + chunk]
         for _, s, _, _ in states:
@@ -419,6 +487,8 @@ def lockstep(
         while len(out) < len(part):
             props = [s.propose(out, n_draft, c, d, st) for (_, s, c, d), st in zip(states, statics, strict=True)]
             assert props[0] == props[1], f"step {steps}: fast {props[0]} reference {props[1]}"
+            assert states[0][1].exponent() == states[1][1].exponent(), f"step {steps}"
+            exponents.add(states[1][1].exponent())
             steps += 1
             acc = 0
             for t in props[0]:
@@ -433,11 +503,24 @@ def lockstep(
         for _, _, c, d in states:
             d.merge(c)
             c.clear()
+    if seen_exponents is not None:
+        seen_exponents |= exponents
     return steps
 
 
 def test_lockstep_demo_data() -> None:
     assert lockstep(demo("wiki.test.demo.llama3.bin", 5000), 8, 1500, 1 << 22, demo("enwiki_wt.demo.llama3.bin", 30000))
+
+
+def test_lockstep_code_moves_the_exponent() -> None:
+    # The shipped input-grounded sample (source files, old and new), the exponents' scores started
+    # on the edge (the others as far above the first as lets it stay): the text moves the
+    # exponent away from 2, identically in both implementations.
+    doc = json.loads((Path(__file__).parent / "data" / "grounded-sample.json").read_text())
+    tokens = [t for pair in doc["pairs"] for t in pair["prompt"] + pair["output"]]
+    seen: set[int] = set()
+    assert lockstep(tokens, 8, 2000, 1 << 22, None, seen_exponents=seen, scores=[0, 64, 64, 64])
+    assert len(seen) >= 2, seen
 
 
 @pytest.mark.parametrize("kw", [{"match_slack": 0, "max_candidates": 16}, {"match_slack": 3, "max_candidates": 5}])

@@ -71,8 +71,22 @@ PRIOR_TRIED: Final = 2.0
 DECAY_AT: Final[i64] = 1 << 14
 """A statistic's counts are halved (integer division) when its ``tried`` reaches this: recent steps weigh more."""
 
-VOTE_SCALE: Final[i64] = 1 << 16
-"""An occurrence's vote weighs ``VOTE_SCALE // (b + 1) ** 2``, ``b`` the bit length of its age."""
+VOTE_SCALE: Final[i64] = 1 << 29
+"""An occurrence's vote weighs ``VOTE_SCALE // (b + 1) ** e``, ``b`` the bit length of its age,
+``e`` the state's exponent (see the reference's ``vote_weight`` and ``HybridState.exponent``)."""
+EXPONENTS: Final = (2, 3, 4, 6)
+"""The exponents the age weights may fall with (the reference's ``EXPONENTS``)."""
+N_EXPONENTS: Final[i64] = 4
+SCORE_GRID: Final[i64] = 8
+"""The exponents are scored at every 8th token of a request ..."""
+SCORE_LEN: Final[i64] = 8
+"""... on drafts of up to 8 tokens."""
+EXPONENT_MARGIN: Final[i64] = 16
+EXPONENT_LEAD: Final[i64] = 64
+"""Another exponent replaces the first only when its score is more than 1/16 above the first's,
+plus 64 (tokens)."""
+EXPONENT_DECAY_AT: Final[i64] = 1 << 16
+"""The exponents' scores are halved (integer division) when one of them reaches this."""
 MAX_CANDIDATES_LIMIT: Final = 1024
 """The largest ``max_candidates``: a vote slot's count and rank have 12 bits each (see VOTE_RANK),
 and a detached request follows up to 2 x (max_candidates + 32) occurrences."""
@@ -85,8 +99,8 @@ VOTE_C_SHIFT: Final[i64] = 12
 VOTE_RANK: Final[i64] = (1 << 12) - 1
 """A vote slot's score: weight sum << 24 | count << 12 | (4095 - the token's first candidate), so
 the highest score is the heaviest vote, then the most followed, then the newest. Weights are at
-most 2^16 and the candidates fewer than 2^12 (at most 192: a detached request's own and the
-history's), so the sum stays below 2^28 and the score below 2^52."""
+most 2^27 (an age of 1 has a bit length of 1) and the candidates at most 2,080 (see
+MAX_CANDIDATES_LIMIT), so the sum stays below 2^39 and the score below 2^63."""
 VOTE_STAMP_MAX: Final[i64] = 1 << 30
 """Vote rounds before the vote table is cleared (its keys hold the round's stamp << 32)."""
 
@@ -110,10 +124,36 @@ def bit_length(x: i64) -> i64:
     return n
 
 
-def vote_weight(age: i64) -> i64:
+def vote_weight(age: i64, exponent: i64) -> i64:
     """The weight of the vote of an occurrence ``age`` tokens back (the reference's ``vote_weight``)."""
     b = bit_length(age) + 1
-    return VOTE_SCALE // (b * b)
+    d: i64 = 1
+    for _ in range(exponent):  # b <= 65 and exponent <= 6: below 2^37
+        d *= b
+    return VOTE_SCALE // d
+
+
+class PendingScore:
+    """A scoring of the exponents waiting for its text (see ``HybridState._score_exponents``)."""
+
+    start: i64
+    at: i64
+    need: i64
+    drafts: vec[i32]
+    ends: vec[i64]
+
+    def __init__(self, start: i64, at: i64, drafts: vec[i32], ends: vec[i64]) -> None:
+        self.start = start  # the history's current request start then (an eviction moves it)
+        self.at = at  # where the drafts' first token is in the history
+        self.drafts = drafts  # each exponent's draft, one after the other
+        self.ends = ends  # where each ends in drafts
+        need: i64 = 0
+        prev: i64 = 0
+        for i in range(len(ends)):
+            if ends[i] - prev > need:
+                need = ends[i] - prev
+            prev = ends[i]
+        self.need = need
 
 
 def support_class(count: i64, n_active: i64) -> i64:
@@ -241,6 +281,10 @@ class HybridState:
     _keys: vec[i64]
     _own: SuffixHistory | None
     _n_before: i64
+    exponent_scores: vec[i64]
+    pending: list[PendingScore]
+    _cf_p: vec[i64]
+    _cf_w: vec[i64]
 
     def __init__(
         self,
@@ -282,6 +326,13 @@ class HybridState:
         # proposal being made.
         self._own = None
         self._n_before = 0
+        # Which exponent of the age weights drafts best here (the reference's exponent()): the
+        # scores, the scorings waiting for their text, and the counterfactual drafts' scratch
+        # (their candidates and weights).
+        self.exponent_scores = zeros_i64(N_EXPONENTS)
+        self.pending = []
+        self._cf_p = vec[i64]()
+        self._cf_w = vec[i64]()
 
     def request_history(self) -> SuffixHistory:
         """An empty history for one request's own tokens, to pass to :meth:`propose_detached`
@@ -296,6 +347,7 @@ class HybridState:
         self.seen = 0
         self.last_llama = 0
         self.last_suffix = 0
+        self.pending = []  # the scorings the request's end cut short are dropped
 
     def _sync(self, tokens: Sequence[int]) -> None:
         n = len(tokens)
@@ -305,8 +357,7 @@ class HybridState:
                 "call begin_request() before a new request"
             )
         if n > self.seen:
-            self.history.extend(tokens[self.seen :])
-            self.seen = n
+            self._append(to_vec(tokens, self.seen))
 
     def sync(self, tokens: Sequence[int]) -> None:
         """Add the tokens of ``tokens`` (the whole request so far) not in the history yet.
@@ -331,8 +382,41 @@ class HybridState:
             self.last_suffix = rest
 
     def _push_token(self, t: i32) -> None:
-        self.history.push(t)
+        """Add the current request's next token to the history; score the exponents at every
+        SCORE_GRID-th (the reference's ``_append``)."""
+        h = self.history
+        h.push(t)
         self.seen += 1
+        if self.seen % SCORE_GRID != 0:
+            return
+        self._score_exponents()
+        best = h._collect(vec[i32](), self.max_candidates)
+        h.last_best = best
+        if best == 0:
+            return
+        cp = self._cf_p
+        if i64(len(cp)) < h.n_cand:
+            self._cf_p = zeros_i64(h.n_cand)
+            self._cf_w = zeros_i64(h.n_cand)
+            cp = self._cf_p
+        n = self._weigh(best, 2, cp, self._cf_w)
+        nx = h.next_t
+        h._next_tokens(cp, n, 0, nx)
+        first = SEP
+        for i in range(n):
+            nt = nx[i]
+            if nt == SEP:
+                continue
+            if first == SEP:
+                first = nt
+            elif nt != first:  # contested: what would each exponent draft?
+                self._score_later(best)
+                return
+
+    def _append(self, tokens: vec[i32]) -> None:
+        """Add the current request's next ``tokens`` (see :meth:`_push_token`)."""
+        for j in range(len(tokens)):
+            self._push_token(tokens[j])
 
     def _estimate(self, cell: i64) -> float:
         """Estimated acceptance of a suffix token of statistic ``cell``."""
@@ -382,83 +466,18 @@ class HybridState:
         if best == 0:
             return drafted, cells
         # The candidates followed: every occurrence matching at most match_slack shorter than the
-        # best, in h.act (n_act of them), newest first; h.cand_p stays as _collect left it.
+        # best, in h.act (n_act of them), newest first, with their votes' weights in h.act_w;
+        # h.cand_p stays as _collect left it.
         act = h.act
         act_w = h.act_w
-        cand = h.cand_p
-        n_act: i64 = 0
-        shortest = best - self.match_slack
-        # Each followed occurrence votes with a weight by its age (vote_weight), counted back from
-        # the end of the requests' stream, or for a detached request from the end of its own tokens
-        # (after the history's: its own occurrences are its newest); the corpus's is fixed.
-        n_toks = i64(len(h.toks))
-        n_own: i64 = 0
-        if own is not None:
-            n_own = i64(len(own.toks))
-        w_corpus = vote_weight(CORPUS_AGE)
-        for j in range(h.n_cand):
-            cl = h.cand_len[j]
-            if cl >= shortest:
-                cp = cand[j]
-                act[n_act] = cp
-                wt: i64 = w_corpus
-                if cp >= OWN_BASE:
-                    wt = vote_weight(n_own - (cp - OWN_BASE))
-                elif cp < CORPUS_BASE:
-                    wt = vote_weight(n_own + n_toks - cp)
-                if cl < best:  # a match shorter than the longest: a quarter of the vote
-                    wt >>= SHORTER_SHIFT
-                act_w[n_act] = wt
-                n_act += 1
-        vk = h.vote_k
-        vs = h.vote_s
-        vmask = h.vote_mask
         nx = h.next_t
+        n_act = self._weigh(best, self.exponent(), act, act_w)
         b2 = h._query_at(q, 1)  # the two tokens before the next drafted one (for static_class)
         b1 = h._query_at(q, 0)
         k: i64 = 0
         while k < n_max:
-            # The next token with the heaviest vote among the candidates (their weights summed);
-            # on a tie the most followed, then the newest one's, i.e. the one whose first (newest)
-            # candidate comes first. Counted in an open-addressing
-            # table of at least twice the candidates (O(candidates), where comparing with each
-            # distinct token so far was O(candidates x distinct tokens): the cost of the one-token
-            # fallback's 64 votes). A slot is two words, so a probe reads two vecs (each read is
-            # a bounds check too): its key, this round's stamp << 32 | the token (a slot of an
-            # older stamp is free: no clearing), and its score (see VOTE_RANK), so the highest
-            # score is the vote's winner, ties included.
             h._next_tokens(act, n_act, k, nx)  # the request stream's or the corpus's (-1 past their ends)
-            stamp = h.vote_stamp + 1
-            if stamp >= VOTE_STAMP_MAX:  # the key's high half would overflow: start the table afresh
-                for g in range(vmask + 1):
-                    vk[g] = 0
-                stamp = 1
-            h.vote_stamp = stamp
-            high = stamp << 32
-            best_t = SEP
-            best_s: i64 = 0
-            sc: i64 = 0
-            for i in range(n_act):
-                ti = nx[i]
-                if ti == SEP:
-                    continue
-                key = high | i64(ti)
-                g = ((i64(ti) * VOTE_HASH) >> 16) & vmask  # ti < 2^31: no overflow, interpreted or compiled
-                while True:
-                    w = vk[g]
-                    if w == key:
-                        sc = vs[g] + (act_w[i] << VOTE_W_SHIFT) + (1 << VOTE_C_SHIFT)
-                        vs[g] = sc
-                        break
-                    if w < high:  # an older round's (or never used): free
-                        vk[g] = key
-                        sc = (act_w[i] << VOTE_W_SHIFT) + (1 << VOTE_C_SHIFT) + (VOTE_RANK - i)
-                        vs[g] = sc
-                        break
-                    g = (g + 1) & vmask
-                if sc > best_s:
-                    best_s = sc
-                    best_t = ti
+            best_t, best_s = self._vote(act_w, n_act)
             if best_s == 0:
                 break
             best_c = (best_s >> VOTE_C_SHIFT) & VOTE_RANK
@@ -475,14 +494,168 @@ class HybridState:
             k += 1
             if cmp_n > 0 and (best_t != cmp[cmp_base + k - 1] or k >= cmp_n):
                 break
-            n_kept: i64 = 0
-            for i in range(n_act):
-                if nx[i] == best_t:
-                    act[n_kept] = act[i]
-                    act_w[n_kept] = act_w[i]
-                    n_kept += 1
-            n_act = n_kept
+            n_act = self._keep(act, act_w, n_act, best_t)
         return drafted, cells
+
+    def exponent(self) -> int:
+        """The exponent the age weights fall with now (the reference's ``HybridState.exponent``):
+        the first of ``EXPONENTS``, unless another one's drafts would have had more than 1/16 + 64
+        more tokens accepted at the points scored; then the best of those (the first on a tie)."""
+        scores = self.exponent_scores
+        best_i: i64 = 0
+        for i in range(1, N_EXPONENTS):
+            if scores[i] > scores[best_i] and scores[i] > scores[0] + scores[0] // EXPONENT_MARGIN + EXPONENT_LEAD:
+                best_i = i
+        return int(EXPONENTS[best_i])
+
+    def _weigh(self, best: i64, exponent: i64, act: vec[i64], act_w: vec[i64]) -> i64:
+        """Put the candidates followed (``_collect``'s that match at most match_slack shorter than
+        ``best``, newest first) in ``act`` and their votes' weights by ``exponent`` in ``act_w``;
+        returns how many."""
+        h = self.history
+        own = self._own
+        cand = h.cand_p
+        n_act: i64 = 0
+        shortest = best - self.match_slack
+        # Each followed occurrence votes with a weight by its age (vote_weight), counted back from
+        # the end of the requests' stream, or for a detached request from the end of its own tokens
+        # (after the history's: its own occurrences are its newest); the corpus's is fixed.
+        n_toks = i64(len(h.toks))
+        n_own: i64 = 0
+        if own is not None:
+            n_own = i64(len(own.toks))
+        w_corpus = vote_weight(CORPUS_AGE, exponent)
+        for j in range(h.n_cand):
+            cl = h.cand_len[j]
+            if cl >= shortest:
+                cp = cand[j]
+                act[n_act] = cp
+                wt: i64 = w_corpus
+                if cp >= OWN_BASE:
+                    wt = vote_weight(n_own - (cp - OWN_BASE), exponent)
+                elif cp < CORPUS_BASE:
+                    wt = vote_weight(n_own + n_toks - cp, exponent)
+                if cl < best:  # a match shorter than the longest: a quarter of the vote
+                    wt >>= SHORTER_SHIFT
+                act_w[n_act] = wt
+                n_act += 1
+        return n_act
+
+    def _vote(self, act_w: vec[i64], n_act: i64) -> tuple[i32, i64]:
+        """The token with the heaviest vote among the ``n_act`` candidates whose next tokens are in
+        the history's ``next_t`` (weighing ``act_w``) and its vote slot's score (0: no vote).
+
+        The weights are summed; on a tie the most followed wins, then the newest one's, i.e. the
+        one whose first (newest) candidate comes first. Counted in an open-addressing table of at
+        least twice the candidates (O(candidates), where comparing with each distinct token so far
+        was O(candidates x distinct tokens): the cost of the one-token fallback's 64 votes). A
+        slot is two words, so a probe reads two vecs (each read is a bounds check too): its key,
+        this round's stamp << 32 | the token (a slot of an older stamp is free: no clearing), and
+        its score (see VOTE_RANK), so the highest score is the vote's winner, ties included.
+        """
+        h = self.history
+        vk = h.vote_k
+        vs = h.vote_s
+        vmask = h.vote_mask
+        nx = h.next_t
+        stamp = h.vote_stamp + 1
+        if stamp >= VOTE_STAMP_MAX:  # the key's high half would overflow: start the table afresh
+            for g in range(vmask + 1):
+                vk[g] = 0
+            stamp = 1
+        h.vote_stamp = stamp
+        high = stamp << 32
+        best_t = SEP
+        best_s: i64 = 0
+        sc: i64 = 0
+        for i in range(n_act):
+            ti = nx[i]
+            if ti == SEP:
+                continue
+            key = high | i64(ti)
+            g = ((i64(ti) * VOTE_HASH) >> 16) & vmask  # ti < 2^31: no overflow, interpreted or compiled
+            while True:
+                w = vk[g]
+                if w == key:
+                    sc = vs[g] + (act_w[i] << VOTE_W_SHIFT) + (1 << VOTE_C_SHIFT)
+                    vs[g] = sc
+                    break
+                if w < high:  # an older round's (or never used): free
+                    vk[g] = key
+                    sc = (act_w[i] << VOTE_W_SHIFT) + (1 << VOTE_C_SHIFT) + (VOTE_RANK - i)
+                    vs[g] = sc
+                    break
+                g = (g + 1) & vmask
+            if sc > best_s:
+                best_s = sc
+                best_t = ti
+        return best_t, best_s
+
+    def _keep(self, act: vec[i64], act_w: vec[i64], n_act: i64, t: i32) -> i64:
+        """Keep (in place, in order) the candidates whose next token (the history's ``next_t``) is
+        ``t``, with their weights; returns how many."""
+        nx = self.history.next_t
+        n_kept: i64 = 0
+        for i in range(n_act):
+            if nx[i] == t:
+                act[n_kept] = act[i]
+                act_w[n_kept] = act_w[i]
+                n_kept += 1
+        return n_kept
+
+    def _score_later(self, best: i64) -> None:
+        """Keep the draft each exponent would make from the candidates ``_collect`` left (up to
+        SCORE_LEN vote winners, no threshold), to score once the text has gone that far."""
+        h = self.history
+        cp = self._cf_p
+        cw = self._cf_w
+        nx = h.next_t
+        drafts = vec[i32]()
+        ends = vec[i64]()
+        for e in EXPONENTS:
+            n = self._weigh(best, e, cp, cw)
+            k: i64 = 0
+            while k < SCORE_LEN:
+                h._next_tokens(cp, n, k, nx)
+                t, sc = self._vote(cw, n)
+                if sc == 0:
+                    break
+                drafts = append(drafts, t)
+                k += 1
+                n = self._keep(cp, cw, n, t)
+            ends = append(ends, i64(len(drafts)))
+        self.pending.append(PendingScore(h.req_start, i64(len(h.toks)), drafts, ends))
+
+    def _score_exponents(self) -> None:
+        """Score the pending drafts whose text has arrived (the reference's ``_score_exponents``)."""
+        h = self.history
+        toks = h.toks
+        n_toks = i64(len(toks))
+        scores = self.exponent_scores
+        while len(self.pending) > 0:
+            pd = self.pending[0]
+            if pd.start != h.req_start:  # evicted under it: the positions moved
+                self.pending = []
+                break
+            if n_toks < pd.at + pd.need:
+                break  # later ones need more
+            self.pending.pop(0)
+            at = pd.at
+            d = pd.drafts
+            prev: i64 = 0
+            top: i64 = 0
+            for i in range(N_EXPONENTS):
+                end = pd.ends[i]
+                n: i64 = 0
+                while prev + n < end and d[prev + n] == toks[at + n]:
+                    n += 1
+                scores[i] += n
+                if scores[i] > top:
+                    top = scores[i]
+                prev = end
+            if top >= EXPONENT_DECAY_AT:
+                for i in range(N_EXPONENTS):
+                    scores[i] //= 2
 
     def _suffix(self, drafted: vec[i32], base: i64, n_draft: i64, before: vec[i32], st: StaticSource) -> vec[i32]:
         """Choose, trim and extend ``drafted[base:]`` (llama.cpp's draft); returns the vec.
@@ -547,7 +720,18 @@ class HybridState:
         for j in range(base, len(drafted)):
             q = append(q, drafted[j])
         # m == 0 after a suffix-only draft: the same query as that draft's (``before``)
-        drafted, cells = self._follow(q, drafted, n_draft - m, prob, 0, st, drafted, base, 0, m == 0 and m_full > 0)
+        drafted, cells = self._follow(
+            q,
+            drafted,
+            n_draft - m,
+            prob,
+            0,
+            st,
+            drafted,
+            base,
+            0,
+            m == 0 and m_full > 0,
+        )
         self.last_suffix = i64(len(cells))
         self.last_cells = cells
         return drafted
@@ -738,8 +922,7 @@ class HybridState:
             raise ValueError(f"n_accepted must be >= 0, got {n_accepted}")
         self._observe(n_accepted)
         if len(committed) > 0:
-            self.history.extend(committed)
-            self.seen += len(committed)
+            self._append(to_vec(committed))
 
     def propose_tree(
         self,

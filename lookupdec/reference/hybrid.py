@@ -25,8 +25,9 @@ that position of a llama.cpp draft of this length.
    of length 1; their votes, weighed by age, pick the follower most of the recent ones agree
    on, not merely the newest one's).
 2. Token by token, the draft takes the continuation with the heaviest vote among the followed
-   occurrences, each weighed by its age (:func:`vote_weight`: recent ones weigh more; on a tie,
-   the continuation more of them follow, then the newest occurrence's), and keeps following only
+   occurrences, each weighed by its age (:func:`vote_weight`: recent ones weigh more, how much
+   more learned from the text, see :meth:`HybridState.exponent`; on a tie, the continuation
+   more of them follow, then the newest occurrence's), and keeps following only
    the occurrences that agree. It stops when the estimated probability that the token is reached *and* accepted
    falls below :data:`THRESHOLD`. That probability is a running product: the chance that a
    llama.cpp draft of this length is accepted whole (when there is one), times, for each
@@ -108,9 +109,23 @@ THRESHOLD_MAX = 0.5
 """Bounds of the steered threshold."""
 BALANCE_CAP = 100_000_000
 """The run's waste balance is kept within +-10,000,000 tokens (in tenths): the whole run's budget."""
-VOTE_SCALE = 1 << 16
-"""An occurrence's vote weighs ``VOTE_SCALE // (b + 1) ** 2``, ``b`` the bit length of its age
-(see :func:`vote_weight`)."""
+VOTE_SCALE = 1 << 29
+"""An occurrence's vote weighs ``VOTE_SCALE // (b + 1) ** e``, ``b`` the bit length of its age and
+``e`` one of :data:`EXPONENTS` (see :func:`vote_weight`)."""
+EXPONENTS = (2, 3, 4, 6)
+"""The exponents the age weights may fall with: 2 gently (WikiText's best), 6 steeply (the newest
+occurrence outvotes all but many older ones: code's best). The state learns which one to use
+(see :meth:`HybridState.exponent`)."""
+SCORE_GRID = 8
+"""The exponents are scored at every 8th token of a request (see :meth:`HybridState.exponent`) ..."""
+SCORE_LEN = 8
+"""... on drafts of up to 8 tokens."""
+EXPONENT_MARGIN = 16
+EXPONENT_LEAD = 64
+"""Another exponent replaces the first only when its score is more than 1/16 above the first's,
+plus 64 (tokens): early on, a few lucky drafts do not switch it."""
+EXPONENT_DECAY_AT = 1 << 16
+"""The exponents' scores are halved (integer division) when one of them reaches this."""
 MAX_CANDIDATES_LIMIT = 1024
 """The largest ``max_candidates``: the fast path packs a vote's count and its first candidate's rank
 into 12 bits each (a detached request follows up to twice ``max_candidates`` + 32 occurrences)."""
@@ -149,18 +164,20 @@ def support_class(count: int, n_active: int) -> int:
     return 7 if count >= 4 else 8
 
 
-def vote_weight(age: int) -> int:
-    """The weight of the vote of an occurrence ``age`` tokens back: ``VOTE_SCALE // (b + 1) ** 2``,
-    ``b`` the bit length of ``age``.
+def vote_weight(age: int, exponent: int = 2) -> int:
+    """The weight of the vote of an occurrence ``age`` tokens back: ``VOTE_SCALE // (b + 1) **
+    exponent``, ``b`` the bit length of ``age``.
 
     Among the occurrences followed, a recent one predicts the next token better than an old one:
     on the replays' contested votes (two tokens or more), counting every occurrence once picked
     the token that came 21.2 % of the time on code and 19.1 % on WikiText, weighing them by age
-    this way 24.0 % and 20.7 %, and with a match shorter than the longest at a quarter
+    with the exponent 2 24.0 % and 20.7 %, and with a match shorter than the longest at a quarter
     (:data:`SHORTER_SHIFT`) 24.4 % and 20.9 % (a log of the reference replay's votes, 2026-12-05).
-    Integers, so both implementations sum them exactly.
+    How steeply is a property of the text (:data:`EXPONENTS`). Integers, so both implementations
+    sum them exactly.
     """
-    return VOTE_SCALE // (age.bit_length() + 1) ** 2
+    denominator: int = (age.bit_length() + 1) ** exponent  # int ** int is Any to mypy
+    return VOTE_SCALE // denominator
 
 
 def source_class(history: SuffixHistory, p: int, detached: bool = False) -> int:
@@ -266,6 +283,12 @@ class HybridState:
         self.last_suffix = 0
         self.last_cells: list[Cell] = []
         self._own: SuffixHistory | None = None  # a detached proposal's request history, while it is made
+        # Which exponent of the age weights drafts best here (see exponent()): per exponent, the
+        # tokens its drafts would have had accepted at the points scored so far, and the scorings
+        # waiting for their text: (the history's current request start, the drafts' position in
+        # the history, the draft each exponent would have made there).
+        self.exponent_scores = [0] * len(EXPONENTS)
+        self.pending: list[tuple[int, int, list[list[int]]]] = []
 
     def request_history(self) -> SuffixHistory:
         """An empty history for one request's own tokens, to pass to :meth:`propose_detached`
@@ -300,7 +323,104 @@ class HybridState:
             return own.token_at(p - OWN_BASE)
         return self.history.token_at(p)
 
-    def _age_weight(self, p: int) -> int:
+    def exponent(self) -> int:
+        """The exponent the age weights fall with now (one of :data:`EXPONENTS`): the first, unless
+        another one's drafts would have had more than 1/16 + 64 more tokens accepted
+        (:data:`EXPONENT_MARGIN`, :data:`EXPONENT_LEAD`); then the best of those (the first on a
+        tie).
+
+        The score is taken from the text alone, not from what was drafted: at every
+        :data:`SCORE_GRID`-th token of a request, where the occurrences the suffix match follows
+        there disagree on the next token, the draft each exponent would make (the heaviest vote
+        token after token, up to :data:`SCORE_LEN` tokens, no threshold) is kept; once the text
+        has gone that far, each exponent scores the length of the prefix its draft shares with it
+        (scorings a request's end cuts short are dropped). Scored where the policy drafted (after
+        its own steps), the exponent in use tended to score best, because it chose where the
+        steps began.
+        WikiText keeps 2; code moves to 6 within its first files. Deterministic.
+        """
+        scores = self.exponent_scores
+        best = 0
+        for i in range(1, len(scores)):
+            if scores[i] > scores[best] and scores[i] > scores[0] + scores[0] // EXPONENT_MARGIN + EXPONENT_LEAD:
+                best = i
+        return EXPONENTS[best]
+
+    def _score_exponents(self) -> None:
+        """Score the pending drafts whose text has arrived (see :meth:`exponent`)."""
+        toks = self.history.toks
+        while self.pending:
+            start, at, drafts = self.pending[0]
+            if start != self.history.req_start:  # evicted under it: the positions moved
+                self.pending.clear()
+                return
+            if len(toks) < at + max(len(d) for d in drafts):
+                return  # later ones need more
+            self.pending.pop(0)
+            for i, d in enumerate(drafts):
+                n = 0
+                while n < len(d) and d[n] == toks[at + n]:
+                    n += 1
+                self.exponent_scores[i] += n
+            if max(self.exponent_scores) >= EXPONENT_DECAY_AT:
+                self.exponent_scores = [x // 2 for x in self.exponent_scores]
+
+    def _append(self, tokens: Sequence[int]) -> None:
+        """Add the current request's next ``tokens`` to the history, scoring the exponents at
+        every :data:`SCORE_GRID`-th (see :meth:`exponent`)."""
+        for t in tokens:
+            self.history.extend([t])
+            self.seen += 1
+            if self.seen % SCORE_GRID != 0:
+                continue
+            self._score_exponents()
+            found = self.history.candidates([], self.max_candidates)
+            if not found:
+                continue
+            best = max(length for _, length in found)
+            followed = [(p, length) for p, length in found if length >= best - self.match_slack]
+            if len({self._token_at(p) for p, _ in followed} - {SEP}) >= 2:  # contested
+                drafts = self._exponent_drafts([p for p, _ in followed], [n for _, n in followed], best, SCORE_LEN)
+                self.pending.append((self.history.req_start, len(self.history.toks), drafts))
+
+    def _vote(self, nexts: list[int], weights: list[int]) -> int:
+        """The heaviest vote among ``nexts`` (the followed occurrences' next tokens, newest first;
+        :data:`SEP` votes for nothing); on a tie the token more occurrences follow, then the newest
+        one's. SEP when nobody votes."""
+        score: Counter[int] = Counter()
+        votes: Counter[int] = Counter()
+        for t, w in zip(nexts, weights, strict=True):
+            if t != SEP:
+                score[t] += w
+                votes[t] += 1
+        if not votes:
+            return SEP
+        return max(votes, key=lambda t: (score[t], votes[t], -nexts.index(t)))
+
+    def _exponent_drafts(self, active: list[int], lengths: list[int], best: int, n_max: int) -> list[list[int]]:
+        """The draft each of :data:`EXPONENTS` would make from the ``active`` occurrences (matching
+        ``lengths`` tokens, ``best`` the longest): up to ``n_max`` vote winners, no threshold."""
+        drafts = []
+        for e in EXPONENTS:
+            act = active
+            weights = [
+                self._age_weight(p, e) >> (0 if n >= best else SHORTER_SHIFT)
+                for p, n in zip(active, lengths, strict=True)
+            ]
+            d: list[int] = []
+            while len(d) < n_max:
+                nexts = [self._token_at(p + len(d)) for p in act]
+                token = self._vote(nexts, weights)
+                if token == SEP:
+                    break
+                d.append(token)
+                kept = [i for i, t in enumerate(nexts) if t == token]
+                act = [act[i] for i in kept]
+                weights = [weights[i] for i in kept]
+            drafts.append(d)
+        return drafts
+
+    def _age_weight(self, p: int, exponent: int) -> int:
         """The vote weight of the occurrence at candidate position ``p`` (:func:`vote_weight`): its
         age is counted back from the end of the requests' stream; for a detached request, from the
         end of its own tokens, which come after the history's (its own occurrences are its newest,
@@ -308,10 +428,10 @@ class HybridState:
         own = self._own
         n_own = 0 if own is None else len(own.toks)
         if p >= OWN_BASE and own is not None:
-            return vote_weight(n_own - (p - OWN_BASE))
+            return vote_weight(n_own - (p - OWN_BASE), exponent)
         if p >= CORPUS_BASE:
-            return vote_weight(CORPUS_AGE)
-        return vote_weight(n_own + len(self.history.toks) - p)
+            return vote_weight(CORPUS_AGE, exponent)
+        return vote_weight(n_own + len(self.history.toks) - p, exponent)
 
     def _llama_cell(self, m_full: int, j: int) -> LlamaCell:
         """The cell of token ``j`` of a llama.cpp draft of ``m_full`` tokens in the last proposal."""
@@ -325,6 +445,7 @@ class HybridState:
         self.history.add_separator()
         self.seen = 0
         self.last_llama = self.last_suffix = 0
+        self.pending.clear()  # the scorings the request's end cut short are dropped
 
     def _sync(self, tokens: Sequence[int]) -> None:
         if len(tokens) < self.seen:
@@ -332,8 +453,7 @@ class HybridState:
                 f"tokens has {len(tokens)} tokens but the request already had {self.seen}: "
                 "call begin_request() before a new request"
             )
-        self.history.extend(tokens[self.seen :])
-        self.seen = len(tokens)
+        self._append(tokens[self.seen :])
 
     def sync(self, tokens: Sequence[int]) -> None:
         """Add the tokens of ``tokens`` (the whole request so far) not in the history yet.
@@ -373,7 +493,8 @@ class HybridState:
         followed = [(p, length) for p, length in found if length >= best - self.match_slack]
         active = [p for p, _ in followed]
         # their votes: by age, a quarter for a match shorter than the longest
-        weights = [self._age_weight(p) >> (0 if length >= best else SHORTER_SHIFT) for p, length in followed]
+        e = self.exponent()
+        weights = [self._age_weight(p, e) >> (0 if n >= best else SHORTER_SHIFT) for p, n in followed]
         # the two tokens before the next drafted one, for static_class
         b2 = self.history.query_token(drafted, 1, request)
         b1 = self.history.query_token(drafted, 0, request)
@@ -404,16 +525,10 @@ class HybridState:
             weights = [1] * len(active)
         while k < n_max:
             nexts = [self._token_at(p + k) for p in active]
-            votes = Counter(t for t in nexts if t != SEP)
-            if not votes:
+            token = self._vote(nexts, weights)
+            if token == SEP:
                 break
-            # The heaviest vote wins; on a tie the one more occurrences follow, then the newest's.
-            score: Counter[int] = Counter()
-            for t, w in zip(nexts, weights, strict=True):
-                if t != SEP:
-                    score[t] += w
-            token = max(votes, key=lambda t: (score[t], votes[t], -nexts.index(t)))
-            top = votes[token]
+            top = nexts.count(token)
             newest = next(p for p, t in zip(active, nexts, strict=True) if t == token)
             cell = (
                 kind,
@@ -622,8 +737,7 @@ class HybridState:
                     self.ok[cell] //= 2
         self.last_llama = self.last_suffix = 0
         if committed:
-            self.history.extend(committed)
-            self.seen += len(committed)
+            self._append(committed)
 
     def propose_tree(
         self,

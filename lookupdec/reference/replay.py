@@ -69,7 +69,7 @@ def replay(
         out = [chunk[0]]  # the first token is given, and not counted into the context cache
         if state is not None:
             state.begin_request()
-            state.history.push(chunk[0])
+            state._append([chunk[0]])  # through the state: it scores the exponents
         while len(out) < n_ctx:
             n_steps += 1
             drafted = [out[-1]]
@@ -104,7 +104,7 @@ def replay(
                 out.append(chunk[len(out)])
                 context.update(out, 1, NGRAM_MIN, NGRAM_MAX)
                 if state is not None:
-                    state.history.push(out[-1])
+                    state._append([out[-1]])
             t_draft += time.perf_counter() - t0
         dynamic.merge(context)
         context.clear()
