@@ -296,6 +296,25 @@ class HybridTests(ImplTests):
         s.sync(list(range(60, 80)))
         assert list(s.exponent_scores) == [0, 0, 0, 0]
 
+    def test_an_eviction_drops_the_scorings(self) -> None:
+        # as in the scoring test, but the history (58 tokens at most) evicts its older half while
+        # the text goes on: the positions moved, the scoring is dropped
+        s = self.impl.HybridState(self.impl.SuffixHistory(58), threshold=0.02, target_waste=0)
+        for r in ([7, 8, 20] * 6 + list(range(100, 120)), [7, 8, 30, 40, 41]):
+            s.begin_request()
+            s.sync(r)
+        s.begin_request()
+        text = [50, 51, 52, 53, 54, 9, 7, 8, 30, 40, 41, 42, 43, 44, 45, 46]
+        s.sync(text[:8])  # 54 tokens in the history, the 8th scored: its drafts wait
+        assert len(s.history) == 54 and len(s.pending) == 1
+        s.sync(text[:12])
+        assert len(s.history) == 58 and len(s.pending) == 1
+        s.sync(text[:13])  # full: the older half goes
+        assert len(s.history) < 58
+        assert len(s.pending) == 0
+        s.sync(text)
+        assert list(s.exponent_scores) == [0, 0, 0, 0]
+
     def test_another_exponent_needs_a_lead_over_the_first(self) -> None:
         # another exponent is used only with a score above the first's + 1/16 of it + 64 (EXPONENT_MARGIN,
         # EXPONENT_LEAD); the best of those, the first on a tie

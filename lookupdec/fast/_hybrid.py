@@ -136,14 +136,12 @@ def vote_weight(age: i64, exponent: i64) -> i64:
 class PendingScore:
     """A scoring of the exponents waiting for its text (see ``HybridState._score_exponents``)."""
 
-    start: i64
     at: i64
     need: i64
     drafts: vec[i32]
     ends: vec[i64]
 
-    def __init__(self, start: i64, at: i64, drafts: vec[i32], ends: vec[i64]) -> None:
-        self.start = start  # the history's current request start then (an eviction moves it)
+    def __init__(self, at: i64, drafts: vec[i32], ends: vec[i64]) -> None:
         self.at = at  # where the drafts' first token is in the history
         self.drafts = drafts  # each exponent's draft, one after the other
         self.ends = ends  # where each ends in drafts
@@ -385,8 +383,11 @@ class HybridState:
         """Add the current request's next token to the history; score the exponents at every
         SCORE_GRID-th (the reference's ``_append``)."""
         h = self.history
+        n_toks = i64(len(h.toks))
         h.push(t)
         self.seen += 1
+        if i64(len(h.toks)) != n_toks + 1:  # the history evicted its older half: the positions moved
+            self.pending = []
         if self.seen % SCORE_GRID != 0:
             return
         self._score_exponents()
@@ -624,7 +625,7 @@ class HybridState:
                 k += 1
                 n = self._keep(cp, cw, n, t)
             ends = append(ends, i64(len(drafts)))
-        self.pending.append(PendingScore(h.req_start, i64(len(h.toks)), drafts, ends))
+        self.pending.append(PendingScore(i64(len(h.toks)), drafts, ends))
 
     def _score_exponents(self) -> None:
         """Score the pending drafts whose text has arrived (the reference's ``_score_exponents``)."""
@@ -634,9 +635,6 @@ class HybridState:
         scores = self.exponent_scores
         while len(self.pending) > 0:
             pd = self.pending[0]
-            if pd.start != h.req_start:  # evicted under it: the positions moved
-                self.pending = []
-                break
             if n_toks < pd.at + pd.need:
                 break  # later ones need more
             self.pending.pop(0)

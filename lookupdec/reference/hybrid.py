@@ -285,10 +285,10 @@ class HybridState:
         self._own: SuffixHistory | None = None  # a detached proposal's request history, while it is made
         # Which exponent of the age weights drafts best here (see exponent()): per exponent, the
         # tokens its drafts would have had accepted at the points scored so far, and the scorings
-        # waiting for their text: (the history's current request start, the drafts' position in
-        # the history, the draft each exponent would have made there).
+        # waiting for their text: (the drafts' position in the history, the draft each exponent
+        # would have made there).
         self.exponent_scores = [0] * len(EXPONENTS)
-        self.pending: list[tuple[int, int, list[list[int]]]] = []
+        self.pending: list[tuple[int, list[list[int]]]] = []
 
     def request_history(self) -> SuffixHistory:
         """An empty history for one request's own tokens, to pass to :meth:`propose_detached`
@@ -334,7 +334,7 @@ class HybridState:
         there disagree on the next token, the draft each exponent would make (the heaviest vote
         token after token, up to :data:`SCORE_LEN` tokens, no threshold) is kept; once the text
         has gone that far, each exponent scores the length of the prefix its draft shares with it
-        (scorings a request's end cuts short are dropped). Scored where the policy drafted (after
+        (scorings a request's end or an eviction cuts short are dropped). Scored where the policy drafted (after
         its own steps), the exponent in use tended to score best, because it chose where the
         steps began.
         WikiText keeps 2; code moves to 6 within its first files. Deterministic.
@@ -350,10 +350,7 @@ class HybridState:
         """Score the pending drafts whose text has arrived (see :meth:`exponent`)."""
         toks = self.history.toks
         while self.pending:
-            start, at, drafts = self.pending[0]
-            if start != self.history.req_start:  # evicted under it: the positions moved
-                self.pending.clear()
-                return
+            at, drafts = self.pending[0]
             if len(toks) < at + max(len(d) for d in drafts):
                 return  # later ones need more
             self.pending.pop(0)
@@ -369,8 +366,11 @@ class HybridState:
         """Add the current request's next ``tokens`` to the history, scoring the exponents at
         every :data:`SCORE_GRID`-th (see :meth:`exponent`)."""
         for t in tokens:
+            n = len(self.history.toks)
             self.history.extend([t])
             self.seen += 1
+            if len(self.history.toks) != n + 1:  # the history evicted its older half: positions moved
+                self.pending.clear()
             if self.seen % SCORE_GRID != 0:
                 continue
             self._score_exponents()
@@ -381,7 +381,7 @@ class HybridState:
             followed = [(p, length) for p, length in found if length >= best - self.match_slack]
             if len({self._token_at(p) for p, _ in followed} - {SEP}) >= 2:  # contested
                 drafts = self._exponent_drafts([p for p, _ in followed], [n for _, n in followed], best, SCORE_LEN)
-                self.pending.append((self.history.req_start, len(self.history.toks), drafts))
+                self.pending.append((len(self.history.toks), drafts))
 
     def _vote(self, nexts: list[int], weights: list[int]) -> int:
         """The heaviest vote among ``nexts`` (the followed occurrences' next tokens, newest first;
