@@ -334,10 +334,10 @@ class HybridState:
         there disagree on the next token, the draft each exponent would make (the heaviest vote
         token after token, up to :data:`SCORE_LEN` tokens, no threshold) is kept; once the text
         has gone that far, each exponent scores the length of the prefix its draft shares with it
-        (scorings a request's end or an eviction cuts short are dropped). Scored where the policy drafted (after
-        its own steps), the exponent in use tended to score best, because it chose where the
-        steps began.
-        WikiText keeps 2; code moves to 6 within its first files. Deterministic.
+        (scorings a request's end or an eviction cuts short are dropped). Scored where the policy
+        drafted (after its own steps), the exponent in use tended to score best, because it chose
+        where the steps began. WikiText keeps 2; code moves to 6 within its first files.
+        Deterministic.
         """
         scores = self.exponent_scores
         best = 0
