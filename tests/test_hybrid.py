@@ -255,6 +255,28 @@ class HybridTests(ImplTests):
         assert votes[1] > votes[2]
         assert self.propose(self.state(*requests), [7, 8, 9], 1) == [1]
 
+    def test_the_static_index_joins_a_contested_vote(self) -> None:
+        # three old occurrences of (8, 9) followed by 1, two recent ones followed by 2: by age
+        # alone 2 wins (the test above)
+        requests = [[7, 8, 9, 1]] * 3 + [[7, 8, 9, 2]] * 2
+        votes = age_votes(requests, [7, 8, 9], 64)
+        # The static index saw 1 after (8, 9) three times, 5 and 6 twice each, and never 2: no
+        # token has half of the 7, so llama.cpp drafts nothing from it. Of the tokens voted for,
+        # 1 has all the static counts: its vote gains a quarter of the whole vote's weight.
+        static = self.impl.build_static([8, 9, 1] * 3 + [8, 9, 5] * 2 + [8, 9, 6] * 2)
+        total = votes[1] + votes[2]
+        assert votes[1] + total / 4 > votes[2] > votes[1]  # worked out from the rule
+        assert self.propose(self.state(*requests), [7, 8, 9], 1, static) == [1]
+        assert self.propose(self.state(*requests), [7, 8, 9], 1) == [2]
+        # a static index that counts none of them leaves the vote as it was
+        other = self.impl.build_static([8, 9, 5] * 2 + [8, 9, 6] * 2 + [8, 9, 4] * 3)
+        assert self.propose(self.state(*requests), [7, 8, 9], 1, other) == [2]
+        # more recent votes for 2: a quarter of the total no longer turns it
+        requests = [[7, 8, 9, 1]] * 3 + [[7, 8, 9, 2]] * 6
+        votes = age_votes(requests, [7, 8, 9], 64)
+        assert votes[2] > votes[1] + (votes[1] + votes[2]) / 4
+        assert self.propose(self.state(*requests), [7, 8, 9], 1, static) == [2]
+
     def test_the_exponents_are_scored_on_the_text(self) -> None:
         # six old occurrences of (7, 8) followed by 20 (older yet by 20 other tokens), then one
         # recent one followed by 30

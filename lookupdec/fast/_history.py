@@ -140,6 +140,9 @@ class SuffixHistory:
     vote_s: vec[i64]
     vote_mask: i64
     vote_stamp: i64
+    vote_g: vec[i64]
+    vote_c: vec[i64]
+    vote_n: i64
     next_t: vec[i32]
     qv: vec[i32]
     corpus: CorpusIndex | None
@@ -162,6 +165,9 @@ class SuffixHistory:
         self.vote_s = vec[i64]()
         self.vote_mask = 0
         self.vote_stamp = 0
+        self.vote_g = vec[i64]()  # the vote table's slots taken in the last round, in order (vote_n)
+        self.vote_c = vec[i64]()  # and the static index's count of each one's token (HybridState._static_vote)
+        self.vote_n = 0
         self.next_t = vec[i32]()
         self.qv = filled_i32(MAX_MATCH + 1, SEP)
         self.corpus = None
@@ -575,6 +581,8 @@ class SuffixHistory:
             self.vote_s = zeros_i64(size)
             self.vote_mask = size - 1
             self.vote_stamp = 0
+            self.vote_g = zeros_i64(cap)
+            self.vote_c = zeros_i64(cap)
 
     def _collect_detached(self, own: SuffixHistory, q: vec[i32], n_before: i64, max_candidates: i64) -> i64:
         """:meth:`_collect` for a detached request, whose tokens ``own`` holds: ``q`` is ``n_before``

@@ -28,7 +28,7 @@ from lookupdec.fast._history import (
     SuffixHistory,
 )
 from lookupdec.fast._source import ABSENT, StaticSource
-from lookupdec.fast._tables import NGRAM_MAX, NGRAM_MIN, filled_i32, zeros_i64
+from lookupdec.fast._tables import NGRAM_MAX, NGRAM_MIN, filled_i32, low32, zeros_i64
 from lookupdec.fast._tree import VOTE_HASH, TreeVotes, add_branch
 from lookupdec.rules import check_branches, check_target_waste
 
@@ -91,6 +91,9 @@ MAX_CANDIDATES_LIMIT: Final = 1024
 """The largest ``max_candidates``: a vote slot's count and rank have 12 bits each (see VOTE_RANK),
 and a detached request follows up to 2 x (max_candidates + 32) occurrences."""
 SHORTER_SHIFT: Final[i64] = 2
+STATIC_VOTE_DIV: Final[float] = 4.0
+"""The static index's counts add to a contested vote a quarter of its total weight, shared among
+the tokens by their counts (the reference's ``static_vote``)."""
 """A match shorter than the longest votes with its age's weight >> 2."""
 CORPUS_AGE: Final[i64] = 1 << 24
 """The age a corpus occurrence votes with (older than every request's)."""
@@ -197,7 +200,12 @@ def static_class(st: StaticSource, a: i32, b: i32, t: i32) -> i64:
     """How the static index supports token ``t`` after ``(a, b)``: 0 it has no followers of
     that 2-gram (or ``a``/``b`` is a separator), 5 ``t`` is its own draft there (spec 3.2),
     else 1 ``t`` is not a follower, 2 a follower seen 1-2 times, 3 3-19 times, 4 more."""
-    if a == SEP or b == SEP or not st._st_begin(a, b):
+    return selected_class(st, a != SEP and b != SEP and st._st_begin(a, b), t)
+
+
+def selected_class(st: StaticSource, has_part: bool, t: i32) -> i64:
+    """:func:`static_class` of ``t`` in the part ``st`` has selected (``has_part``: it has followers)."""
+    if not has_part:
         return 0
     if t == st._st_pick():
         return 5
@@ -481,10 +489,15 @@ class HybridState:
             best_t, best_s = self._vote(act_w, n_act)
             if best_s == 0:
                 break
+            # the static index's part after the two tokens before: it joins a contested vote, and
+            # gives the token's static class
+            has_part = b2 != SEP and b1 != SEP and st._st_begin(b2, b1)
+            if has_part and h.vote_n >= 2:
+                best_t, best_s = self._static_vote(st, best_t, best_s)
             best_c = (best_s >> VOTE_C_SHIFT) & VOTE_RANK
             best_f = VOTE_RANK - (best_s & VOTE_RANK)
             cur = source_class(cur_start, act[best_f])
-            cell = stat_cell(best_c, n_act, best + k, static_class(st, b2, b1, best_t), kind, cur)
+            cell = stat_cell(best_c, n_act, best + k, selected_class(st, has_part, best_t), kind, cur)
             prob = prob * self._estimate(cell)
             if prob < self.threshold:
                 break
@@ -566,6 +579,8 @@ class HybridState:
             stamp = 1
         h.vote_stamp = stamp
         high = stamp << 32
+        vg = h.vote_g
+        n_new: i64 = 0
         best_t = SEP
         best_s: i64 = 0
         sc: i64 = 0
@@ -585,11 +600,50 @@ class HybridState:
                     vk[g] = key
                     sc = (act_w[i] << VOTE_W_SHIFT) + (1 << VOTE_C_SHIFT) + (VOTE_RANK - i)
                     vs[g] = sc
+                    vg[n_new] = g
+                    n_new += 1
                     break
                 g = (g + 1) & vmask
             if sc > best_s:
                 best_s = sc
                 best_t = ti
+        h.vote_n = n_new
+        return best_t, best_s
+
+    def _static_vote(self, st: StaticSource, best_t: i32, best_s: i64) -> tuple[i32, i64]:
+        """The winner of the last :meth:`_vote` (``best_t``, its slot's score ``best_s``) when the
+        static index's counts in the part ``st`` has selected join it (the reference's ``_vote``
+        with a part): each token's weight sum plus the vote's total / STATIC_VOTE_DIV times its
+        share of the tokens' counts, a float computed in the reference's order; on a tie, the
+        higher slot score. Unchanged when the part counts none of the tokens."""
+        h = self.history
+        vg = h.vote_g
+        vc = h.vote_c
+        vk = h.vote_k
+        vs = h.vote_s
+        n = h.vote_n
+        total: i64 = 0
+        n_static: i64 = 0
+        for j in range(n):
+            g = vg[j]
+            total += vs[g] >> VOTE_W_SHIFT
+            c = st._st_count(low32(vk[g]))  # the key's low half is the token
+            if c < 0:  # ABSENT
+                c = 0
+            vc[j] = c
+            n_static += c
+        if n_static == 0:
+            return best_t, best_s
+        den = STATIC_VOTE_DIV * float(n_static)
+        top = -1.0
+        for j in range(n):
+            g = vg[j]
+            sc = vs[g]
+            a = float(sc >> VOTE_W_SHIFT) + float(total) * float(vc[j]) / den
+            if a > top or (a == top and sc > best_s):
+                top = a
+                best_s = sc
+                best_t = low32(vk[g])
         return best_t, best_s
 
     def _keep(self, act: vec[i64], act_w: vec[i64], n_act: i64, t: i32) -> i64:
