@@ -37,6 +37,17 @@ def test_summarize_refuses_different_counts() -> None:
         bench_policy.summarize(["a", "b"], results)
 
 
+def test_summarize_drafts_may_differ_between_trees_not_rounds() -> None:
+    changed = [{**rows(4.0, n_accept=11)[0], "tokens_per_step": 1.2}]
+    results = {"a": [rows(3.0), rows(1.0)], "b": [changed, [{**changed[0], "us_per_step_median": 6.0}]]}
+    lines = bench_policy.summarize(["a", "b"], results, drafts_may_differ=True)
+    assert lines[2] == "| a | wikitext | hybrid | 1.1000 | 2.00 | 3.00, 1.00 |"
+    assert lines[3] == "| b | wikitext | hybrid | 1.2000 | 5.00 | 4.00, 6.00 |"  # b's own counts
+    results["b"].append(rows(3.0, n_accept=12))  # a third round of b drafting otherwise: not deterministic
+    with pytest.raises(ValueError, match="b wikitext hybrid: counts differ from b's first round"):
+        bench_policy.summarize(["a", "b"], results, drafts_may_differ=True)
+
+
 @pytest.mark.slow
 def test_trees_end_to_end(tmp_path: Path) -> None:
     # this checkout twice, on a small data directory: two rounds each, identical counts
