@@ -55,8 +55,8 @@ that position of a llama.cpp draft of this length.
    balance of about the last 1,000 steps plus an eighth of the run's (:data:`RECENT_SHIFT`,
    :data:`RUN_SHIFT`), because a steady threshold gains more per wasted token than a swinging one.
 
-Everything is integer counting plus one float product in a fixed order: deterministic, and
-the fast path computes the same floats.
+Everything is integer counting plus floats in a fixed order (the running product, and the static
+index's share in a vote): deterministic, and the fast path computes the same floats.
 
 The history the policy matches against is :class:`~lookupdec.reference.history.SuffixHistory`.
 """
