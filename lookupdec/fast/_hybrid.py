@@ -91,10 +91,10 @@ MAX_CANDIDATES_LIMIT: Final = 1024
 """The largest ``max_candidates``: a vote slot's count and rank have 12 bits each (see VOTE_RANK),
 and a detached request follows up to 2 x (max_candidates + 32) occurrences."""
 SHORTER_SHIFT: Final[i64] = 2
+"""A match shorter than the longest votes with its age's weight >> 2."""
 STATIC_VOTE_DIV: Final[float] = 4.0
 """The static index's counts add to a contested vote a quarter of its total weight, shared among
 the tokens by their counts (the reference's ``static_vote``)."""
-"""A match shorter than the longest votes with its age's weight >> 2."""
 CORPUS_AGE: Final[i64] = 1 << 24
 """The age a corpus occurrence votes with (older than every request's)."""
 VOTE_W_SHIFT: Final[i64] = 24
@@ -565,7 +565,9 @@ class HybridState:
         was O(candidates x distinct tokens): the cost of the one-token fallback's 64 votes). A
         slot is two words, so a probe reads two vecs (each read is a bounds check too): its key,
         this round's stamp << 32 | the token (a slot of an older stamp is free: no clearing), and
-        its score (see VOTE_RANK), so the highest score is the vote's winner, ties included.
+        its score (see VOTE_RANK), so the highest score is the vote's winner, ties included. The
+        slots this round took are listed in the history's ``vote_g`` (``vote_n`` of them), for
+        :meth:`_static_vote`.
         """
         h = self.history
         vk = h.vote_k
