@@ -408,7 +408,7 @@ class HybridState:
             self._cf_p = zeros_i64(h.n_cand)
             self._cf_w = zeros_i64(h.n_cand)
             cp = self._cf_p
-        n = self._weigh(best, 2, cp, self._cf_w)
+        n = self._weigh(best, EXPONENTS[0], cp, self._cf_w)  # the first exponent's draft starts from these
         nx = h.next_t
         h._next_tokens(cp, n, 0, nx)
         first = SEP
@@ -419,7 +419,7 @@ class HybridState:
             if first == SEP:
                 first = nt
             elif nt != first:  # contested: what would each exponent draft?
-                self._score_later(best)
+                self._score_later(best, n)
                 return
 
     def _append(self, tokens: vec[i32]) -> None:
@@ -660,17 +660,21 @@ class HybridState:
                 n_kept += 1
         return n_kept
 
-    def _score_later(self, best: i64) -> None:
+    def _score_later(self, best: i64, n_first: i64) -> None:
         """Keep the draft each exponent would make from the candidates ``_collect`` left (up to
-        SCORE_LEN vote winners, no threshold), to score once the text has gone that far."""
+        SCORE_LEN vote winners, no threshold), to score once the text has gone that far. The
+        first exponent's ``n_first`` candidates and weights are already in the scratch vecs
+        (:meth:`_push_token` weighed them to see the vote contested)."""
         h = self.history
         cp = self._cf_p
         cw = self._cf_w
         nx = h.next_t
         drafts = vec[i32]()
         ends = vec[i64]()
-        for e in EXPONENTS:
-            n = self._weigh(best, e, cp, cw)
+        for i in range(N_EXPONENTS):
+            n = n_first
+            if i > 0:  # the first's draft narrowed the scratch vecs: weigh afresh
+                n = self._weigh(best, EXPONENTS[i], cp, cw)
             k: i64 = 0
             while k < SCORE_LEN:
                 h._next_tokens(cp, n, k, nx)
