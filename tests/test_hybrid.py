@@ -277,6 +277,34 @@ class HybridTests(ImplTests):
         assert votes[2] > votes[1] + (votes[1] + votes[2]) / 4
         assert self.propose(self.state(*requests), [7, 8, 9], 1, static) == [2]
 
+    def test_share_class(self) -> None:
+        share_class = self.hybrid_module().share_class
+        # (winner, total, contested) -> class, worked from its docstring: bounds 40, 60, 80, 95 %
+        cases = {(1.0, 1.0, False): 0, (3.0, 10.0, False): 0, (3.9, 10.0, True): 1, (4.0, 10.0, True): 2}
+        cases |= {(5.9, 10.0, True): 2, (6.0, 10.0, True): 3, (8.0, 10.0, True): 4, (9.5, 10.0, True): 5}
+        cases |= {(0.0, 0.0, True): 5}  # weights that round to nothing: all of nothing
+        assert {k: share_class(*k) for k in cases} == cases
+
+    def test_contested_votes_are_learned_by_their_share(self) -> None:
+        # Two contested votes of the same support class (one occurrence each of two tokens), the same
+        # match length and source: after (7, 8) the two occurrences are about as old (the winner
+        # holds half the weight), after (17, 18) the loser is 2,000 tokens older (the winner holds
+        # most of it).
+        requests = [[3, 17, 18, 1], list(range(100, 2100)), [3, 7, 8, 1], [3, 7, 8, 2], [3, 17, 18, 2]]
+        even, uneven = age_votes(requests, [3, 7, 8], 64), age_votes(requests, [3, 17, 18], 64)
+        assert 0.4 <= max(even.values()) / sum(even.values()) < 0.6  # the rule, worked out apart
+        assert max(uneven.values()) / sum(uneven.values()) >= 0.8
+        s = self.state(*requests)
+        assert self.propose(s, [3, 17, 18], 1) == [2]
+        s.begin_request()
+        for _ in range(49):  # the even vote's token is rejected 49 times: (0 + 1) / (49 + 2) < 0.02
+            assert self.propose(s, [3, 7, 8], 1) == [2]
+            s.observe(0)
+        assert self.propose(s, [3, 7, 8], 1) == []
+        s.begin_request()
+        # the uneven vote's estimate is its own (one statistic for both would have stopped it too)
+        assert self.propose(s, [3, 17, 18], 1) == [2]
+
     def test_the_exponents_are_scored_on_the_text(self) -> None:
         # six old occurrences of (7, 8) followed by 20 (older yet by 20 other tokens), then one
         # recent one followed by 30

@@ -36,6 +36,8 @@ N_LEN: Final[i64] = 33
 """Acceptance statistics are kept per effective match length 1..32 (match length + offset) ..."""
 N_CLASS: Final[i64] = 9
 """... per support class of the drafted token (see :func:`support_class`) ..."""
+N_SHARE: Final[i64] = 6
+"""... per share class of its vote (see :func:`share_class`) ..."""
 N_CUR: Final[i64] = 3
 """... per where the newest followed occurrence with that token is (see :func:`source_class`) ..."""
 N_STATIC: Final[i64] = 6
@@ -95,6 +97,12 @@ SHORTER_SHIFT: Final[i64] = 2
 STATIC_VOTE_DIV: Final[float] = 4.0
 """The static index's counts add to a contested vote a quarter of its total weight, shared among
 the tokens by their counts (the reference's ``static_vote``)."""
+SHARE_1: Final = 0.4
+SHARE_2: Final = 0.6
+SHARE_3: Final = 0.8
+SHARE_4: Final = 0.95
+"""The bounds of a contested vote's share classes (the reference's ``SHARE_BINS``; named
+constants, not a tuple: a tuple's floats would be boxed)."""
 CORPUS_AGE: Final[i64] = 1 << 24
 """The age a corpus occurrence votes with (older than every request's)."""
 VOTE_W_SHIFT: Final[i64] = 24
@@ -219,6 +227,24 @@ def selected_class(st: StaticSource, has_part: bool, t: i32) -> i64:
     return 4
 
 
+def share_class(winner: float, total: float, contested: bool) -> i64:
+    """How much of a vote the winner holds (the reference's ``share_class``): 0 the vote is not
+    contested, else 1 + the number of the bounds SHARE_1..SHARE_4 that ``winner`` reaches as a
+    share of ``total``."""
+    if not contested:
+        return 0
+    c: i64 = 1
+    if winner >= SHARE_1 * total:
+        c += 1
+    if winner >= SHARE_2 * total:
+        c += 1
+    if winner >= SHARE_3 * total:
+        c += 1
+    if winner >= SHARE_4 * total:
+        c += 1
+    return c
+
+
 def llama_cell(m: i64, j: i64, confirmed: bool) -> i64:
     """Index of the acceptance statistic of token ``j`` of a llama.cpp draft of ``m`` tokens
     (``confirmed``: the suffix-only draft has the same first ``j + 1`` tokens)."""
@@ -227,14 +253,18 @@ def llama_cell(m: i64, j: i64, confirmed: bool) -> i64:
     return cell if confirmed else cell + N_LLAMA_CELLS
 
 
-def stat_cell(count: i64, n_active: i64, length: i64, sclass: i64, kind: i64, cur: i64) -> i64:
+def stat_cell(count: i64, n_active: i64, length: i64, sclass: i64, kind: i64, cur: i64, share: i64) -> i64:
     """Index of the acceptance statistic for a token drafted after a match of ``length`` tokens
-    (``sclass``: :func:`static_class`; ``kind``: see :data:`N_KIND`; ``cur``: see :data:`N_CUR`)."""
+    (``sclass``: :func:`static_class`; ``kind``: see :data:`N_KIND`; ``cur``: see :data:`N_CUR`;
+    ``share``: :func:`share_class`)."""
     eff = length if length < N_LEN - 1 else N_LEN - 1
-    return (((kind * N_STATIC + sclass) * N_CLASS + support_class(count, n_active)) * N_CUR + cur) * N_LEN + eff
+    support = support_class(count, n_active)
+    return ((((kind * N_STATIC + sclass) * N_CLASS + support) * N_SHARE + share) * N_CUR + cur) * N_LEN + eff
 
 
-KIND_STRIDE: Final[i64] = N_STATIC * N_CLASS * N_CUR * N_LEN
+N_CELLS: Final[i64] = N_KIND * N_STATIC * N_CLASS * N_SHARE * N_CUR * N_LEN
+"""Acceptance statistics of suffix tokens (see :func:`stat_cell`)."""
+KIND_STRIDE: Final[i64] = N_STATIC * N_CLASS * N_SHARE * N_CUR * N_LEN
 """Cells of one kind of suffix draft: a cell at or above this is of kind 1 (see :func:`stat_cell`)."""
 
 
@@ -291,6 +321,7 @@ class HybridState:
     pending: list[PendingScore]
     _cf_p: vec[i64]
     _cf_w: vec[i64]
+    vote_total: i64
 
     def __init__(
         self,
@@ -315,8 +346,8 @@ class HybridState:
         self.target_waste10 = i64(round(target_waste * 10))
         self.balance = 0
         self.recent = 0
-        self.tried = zeros_i64(N_KIND * N_STATIC * N_CLASS * N_CUR * N_LEN)
-        self.ok = zeros_i64(N_KIND * N_STATIC * N_CLASS * N_CUR * N_LEN)
+        self.tried = zeros_i64(N_CELLS)
+        self.ok = zeros_i64(N_CELLS)
         self.l_tried = zeros_i64(2 * N_LLAMA_CELLS)
         self.l_ok = zeros_i64(2 * N_LLAMA_CELLS)
         self.last_llama_full = 0
@@ -339,6 +370,7 @@ class HybridState:
         self.pending = []
         self._cf_p = vec[i64]()
         self._cf_w = vec[i64]()
+        self.vote_total = 0  # the last _vote's total weight (for share_class)
 
     def request_history(self) -> SuffixHistory:
         """An empty history for one request's own tokens, to pass to :meth:`propose_detached`
@@ -492,12 +524,19 @@ class HybridState:
             # the static index's part after the two tokens before: it joins a contested vote, and
             # gives the token's static class
             has_part = b2 != SEP and b1 != SEP and st._st_begin(b2, b1)
-            if has_part and h.vote_n >= 2:
-                best_t, best_s = self._static_vote(st, best_t, best_s)
+            contested = h.vote_n >= 2
+            top = -1.0  # the winner's sum with the static share, where the static index joined
+            if has_part and contested:
+                best_t, best_s, top = self._static_vote(st, best_t, best_s)
+            total = float(self.vote_total)
+            if top >= 0.0:  # every token's sum: the weights, and a STATIC_VOTE_DIV-th of them shared
+                share = share_class(top, total + total / STATIC_VOTE_DIV, contested)
+            else:
+                share = share_class(float(best_s >> VOTE_W_SHIFT), total, contested)
             best_c = (best_s >> VOTE_C_SHIFT) & VOTE_RANK
             best_f = VOTE_RANK - (best_s & VOTE_RANK)
             cur = source_class(cur_start, act[best_f])
-            cell = stat_cell(best_c, n_act, best + k, selected_class(st, has_part, best_t), kind, cur)
+            cell = stat_cell(best_c, n_act, best + k, selected_class(st, has_part, best_t), kind, cur, share)
             prob = prob * self._estimate(cell)
             if prob < self.threshold:
                 break
@@ -586,10 +625,12 @@ class HybridState:
         best_t = SEP
         best_s: i64 = 0
         sc: i64 = 0
+        total: i64 = 0
         for i in range(n_act):
             ti = nx[i]
             if ti == SEP:
                 continue
+            total += act_w[i]
             key = high | i64(ti)
             g = ((i64(ti) * VOTE_HASH) >> 16) & vmask  # ti < 2^31: no overflow, interpreted or compiled
             while True:
@@ -610,14 +651,16 @@ class HybridState:
                 best_s = sc
                 best_t = ti
         h.vote_n = n_new
+        self.vote_total = total
         return best_t, best_s
 
-    def _static_vote(self, st: StaticSource, best_t: i32, best_s: i64) -> tuple[i32, i64]:
+    def _static_vote(self, st: StaticSource, best_t: i32, best_s: i64) -> tuple[i32, i64, float]:
         """The winner of the last :meth:`_vote` (``best_t``, its slot's score ``best_s``) when the
         static index's counts in the part ``st`` has selected join it (the reference's ``_vote``
         with a part): each token's weight sum plus the vote's total / STATIC_VOTE_DIV times its
         share of the tokens' counts, a float computed in the reference's order; on a tie, the
-        higher slot score. Unchanged when the part counts none of the tokens."""
+        higher slot score. Returns the winner, its slot's score and its sum; unchanged, and -1.0
+        for the sum, when the part counts none of the tokens."""
         h = self.history
         vg = h.vote_g
         vc = h.vote_c
@@ -635,7 +678,7 @@ class HybridState:
             vc[j] = c
             n_static += c
         if n_static == 0:
-            return best_t, best_s
+            return best_t, best_s, -1.0
         den = STATIC_VOTE_DIV * float(n_static)
         top = -1.0
         for j in range(n):
@@ -646,7 +689,7 @@ class HybridState:
                 top = a
                 best_s = sc
                 best_t = low32(vk[g])
-        return best_t, best_s
+        return best_t, best_s, top
 
     def _keep(self, act: vec[i64], act_w: vec[i64], n_act: i64, t: i32) -> i64:
         """Keep (in place, in order) the candidates whose next token (the history's ``next_t``) is
@@ -1094,6 +1137,10 @@ class HybridState:
             votes = TreeVotes()
             self.tree_votes = votes
         votes.tally(nx0, n0)
+        # their share classes count occurrences, as the reference's unweighted vote does (the
+        # continuations' tallies below replace the table's totals)
+        n_votes0 = votes.n_votes
+        contested0 = votes.n_tokens >= 2
         # The runner-ups first (the continuations' votes reuse the table): most votes first.
         taken = vec[i32]()
         taken = append(taken, b0[m])
@@ -1114,7 +1161,8 @@ class HybridState:
             c = counts[ri]
             r = nx0[f]
             cur = source_class(cur_start, act0[f])
-            p = prob * self._estimate(stat_cell(c, n0, best, static_class(st, b2, b1, r), kind, cur))
+            share = share_class(float(c), float(n_votes0), contested0)
+            p = prob * self._estimate(stat_cell(c, n0, best, static_class(st, b2, b1, r), kind, cur, share))
             if p < self.threshold:
                 continue
             d = vec[i32](capacity=m + n_max)
@@ -1138,7 +1186,9 @@ class HybridState:
                     break
                 t = nx[g]
                 cur = source_class(cur_start, act[g])
-                p = p * self._estimate(stat_cell(cnt, n_act, best + k, static_class(st, a2, a1, t), kind, cur))
+                share = share_class(float(cnt), float(votes.n_votes), votes.n_tokens >= 2)
+                sclass = static_class(st, a2, a1, t)
+                p = p * self._estimate(stat_cell(cnt, n_act, best + k, sclass, kind, cur, share))
                 if p < self.threshold:
                     break
                 d = append(d, t)

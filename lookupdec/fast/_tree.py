@@ -29,6 +29,8 @@ class TreeVotes:
     slot: vec[i64]
     mask: i64
     stamp: i64
+    n_votes: i64
+    n_tokens: i64
 
     def __init__(self) -> None:
         self.key = vec[i32]()
@@ -38,9 +40,12 @@ class TreeVotes:
         self.slot = vec[i64]()
         self.mask = -1
         self.stamp = 0
+        self.n_votes = 0  # the last tally's tokens (not -1) ...
+        self.n_tokens = 0  # ... and distinct tokens
 
     def tally(self, nx: vec[i32], n: i64) -> None:
-        """Count the tokens of ``nx[:n]`` (-1 is no token)."""
+        """Count the tokens of ``nx[:n]`` (-1 is no token); how many and how many distinct ones
+        are in :attr:`n_votes` and :attr:`n_tokens`."""
         if 2 * n > self.mask + 1:
             size: i64 = 128
             while size < 2 * n:
@@ -56,11 +61,14 @@ class TreeVotes:
         key = self.key
         live = self.live
         mask = self.mask
+        n_votes: i64 = 0
+        n_tokens: i64 = 0
         for i in range(n):
             t = nx[i]
             if t == SEP:
                 self.slot[i] = -1
                 continue
+            n_votes += 1
             g = ((i64(t) * VOTE_HASH) >> 16) & mask  # t < 2^31: no overflow
             while live[g] == stamp and key[g] != t:
                 g = (g + 1) & mask
@@ -69,9 +77,12 @@ class TreeVotes:
                 key[g] = t
                 self.cnt[g] = 1
                 self.first[g] = i
+                n_tokens += 1
             else:
                 self.cnt[g] += 1
             self.slot[i] = g
+        self.n_votes = n_votes
+        self.n_tokens = n_tokens
 
     def best(self, nx: vec[i32], n: i64, skip: vec[i32]) -> tuple[i64, i64]:
         """After :meth:`tally` of ``nx[:n]``: the most frequent token not in ``skip`` as (the index of
