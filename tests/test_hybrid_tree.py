@@ -23,6 +23,7 @@ from lookupdec.reference.hybrid import add_branch
 from lookupdec.result import common_prefix, tree_nodes
 from tests.conftest import DEMO_DATA, SHARED_DATA, fast_impl
 from tests.impls import FastImpl, ImplTests, ReferenceImpl
+from tests.test_hybrid import age_votes
 
 REPLAY = SHARED_DATA / "wiki.test.raw.llama3.bin"
 CORPUS = SHARED_DATA / "enwiki_wt.10M.llama3.bin"
@@ -97,6 +98,29 @@ class TreeTests(ImplTests):
         s = self.state([9, 1, 2, 3, 4], [8, 1, 2, 5, 6])
         assert self.tree(s, [7, 1, 2]) == [[5, 6], [3, 4]]
         assert self.tree(s, [7, 1, 2], branches=1) == [[5, 6]]
+
+    def test_runner_ups_ranked_by_the_gentle_vote(self) -> None:
+        # (1, 2) was followed by 3 three times long ago, then by 4, then by 5 (the newest). By the
+        # age weights (exponent 2: worked out from the rule) 5 wins branch 0 and 4 outranks 3,
+        # which has the most occurrences: the runner-up is 4 (by counts it was 3).
+        requests = [[1, 2, 3, 9]] * 3 + [list(range(100, 2100)), [1, 2, 4, 8], [1, 2, 5, 7]]
+        votes = age_votes(requests, [6, 1, 2], 64, 2)
+        assert votes[5] > votes[4] > votes[3]
+        # each estimate a fresh 1/2: 1/2, 1/4 (>= 0.02), and the request's end stops each draft
+        assert self.tree(self.state(*requests), [6, 1, 2], branches=2) == [[5, 7], [4, 8]]
+        assert self.tree(self.state(*requests), [6, 1, 2]) == [[5, 7], [4, 8], [3, 9]]
+
+    def test_runner_ups_ranked_gently_when_the_exponent_is_steep(self) -> None:
+        # Six occurrences followed by 3 thirty tokens before a recent 4 and a newest 5: with the
+        # exponent 6 the newest wins (branch 0: 5) and 4 outweighs 3; with the exponent 2, 3 has
+        # the heaviest vote and 4 the lightest. The runner-ups are ranked by the latter.
+        requests = [[1, 2, 3, 9]] * 6 + [list(range(100, 130)), [1, 2, 4, 8], [1, 2, 5, 7]]
+        steep, gentle = age_votes(requests, [6, 1, 2], 64, 6), age_votes(requests, [6, 1, 2], 64, 2)
+        assert steep[5] > steep[4] > steep[3] and gentle[3] > gentle[5] > gentle[4]
+        s = self.state(*requests)
+        s.exponent_scores[3] = 65  # the exponent 6 (see test_hybrid's scoring test)
+        assert s.exponent() == 6
+        assert self.tree(s, [6, 1, 2]) == [[5, 7], [3, 9], [4, 8]]
 
     def test_llama_draft_and_suffix_only_draft(self) -> None:
         s = self.state([1, 2, 3, 4, 5, 6])

@@ -29,7 +29,7 @@ from lookupdec.fast._history import (
 )
 from lookupdec.fast._source import ABSENT, StaticSource
 from lookupdec.fast._tables import NGRAM_MAX, NGRAM_MIN, filled_i32, low32, zeros_i64
-from lookupdec.fast._tree import VOTE_HASH, TreeVotes, add_branch
+from lookupdec.fast._tree import VOTE_HASH, add_branch
 from lookupdec.rules import check_branches, check_target_waste
 
 N_LEN: Final[i64] = 33
@@ -313,7 +313,6 @@ class HybridState:
     target_waste10: i64
     balance: i64
     recent: i64
-    tree_votes: TreeVotes | None
     _keys: vec[i64]
     _own: SuffixHistory | None
     _n_before: i64
@@ -356,7 +355,6 @@ class HybridState:
         self.last_llama = 0
         self.last_suffix = 0
         self.last_cells = vec[i64]()
-        self.tree_votes = None  # made by the first tree proposal
         self._keys = keys_buffer()  # draft_core's scratch, one for every proposal
         # A detached proposal's request history (None: the history owner's proposal) and the
         # length of the request's tokens that start its queries: set by _propose for the
@@ -493,9 +491,6 @@ class HybridState:
         cells = vec[i64](capacity=n_max)
         h = self.history
         own = self._own
-        cur_start = h.req_start  # where source_class's current request starts
-        if own is not None:
-            cur_start = OWN_BASE  # a detached request's: the history's requests are all other ones
         if reuse:
             best = h.last_best  # the same query as the last call's, and nothing added since
         elif own is not None:
@@ -511,11 +506,41 @@ class HybridState:
         # h.cand_p stays as _collect left it.
         act = h.act
         act_w = h.act_w
-        nx = h.next_t
         n_act = self._weigh(best, self.exponent(), act, act_w)
-        b2 = h._query_at(q, 1)  # the two tokens before the next drafted one (for static_class)
+        b2 = h._query_at(q, 1)  # the two tokens before the next drafted one
         b1 = h._query_at(q, 0)
-        k: i64 = 0
+        return self._walk(
+            act, act_w, n_act, best, 0, n_max, prob, kind, b2, b1, st, drafted, cells, cmp, cmp_base, cmp_n
+        )
+
+    def _walk(
+        self,
+        act: vec[i64],
+        act_w: vec[i64],
+        n_act: i64,
+        best: i64,
+        k: i64,
+        n_max: i64,
+        prob: float,
+        kind: i64,
+        b2: i32,
+        b1: i32,
+        st: StaticSource,
+        drafted: vec[i32],
+        cells: vec[i64],
+        cmp: vec[i32],
+        cmp_base: i64,
+        cmp_n: i64,
+    ) -> tuple[vec[i32], vec[i64]]:
+        """:meth:`_follow`'s draft from its ``k``-th token on (the reference's ``_walk``): the
+        ``n_act`` candidates in ``act`` (narrowed in place as they disagree) vote with the weights
+        in ``act_w``, ``b2``, ``b1`` are the two tokens before the next one, ``prob`` the running
+        estimate so far; ``cmp``: see :meth:`_follow`. Appends to ``drafted`` and ``cells``."""
+        h = self.history
+        cur_start = h.req_start  # where source_class's current request starts
+        if self._own is not None:
+            cur_start = OWN_BASE  # a detached request's: the history's requests are all other ones
+        nx = h.next_t
         while k < n_max:
             h._next_tokens(act, n_act, k, nx)  # the request stream's or the corpus's (-1 past their ends)
             best_t, best_s = self._vote(act_w, n_act)
@@ -1114,54 +1139,102 @@ class HybridState:
         tree: list[vec[i32]],
     ) -> None:
         """Add branches that take the runner-ups of the vote for ``b0[m]`` (branch 0's first
-        suffix token, after the query ``q``) in its place, each continued as :meth:`_follow`
-        continues a draft (the candidates that agree vote, while the running estimate from
-        ``prob`` stays at or above the threshold). At most ``branches - 1`` runner-ups are tried."""
+        suffix token, after the query ``q``) in its place (the reference's ``_runner_ups``): ranked
+        as the vote ranks its tokens, the static index's share included, but with the gentlest age
+        weights (``EXPONENTS[0]``), and each continued as :meth:`_follow` continues a draft, with
+        the exponent in use, while the running estimate from ``prob`` stays at or above the
+        threshold. At most ``branches - 1`` runner-ups are tried."""
         h = self.history
-        cur_start = h.req_start  # as in _follow
-        if self._own is not None:
-            cur_start = OWN_BASE
         best = h.last_best
-        shortest = best - self.match_slack
-        act0 = vec[i64](capacity=h.n_cand)
-        for j in range(h.n_cand):
-            if h.cand_len[j] >= shortest:
-                act0 = append(act0, h.cand_p[j])
-        n0 = i64(len(act0))
+        n_cand = h.n_cand
+        # the candidates _collect left (branch 0's, whose vote chose b0[m]), weighed twice: gently
+        # to rank the runner-ups, by the exponent in use to continue them (the same order)
+        act0 = zeros_i64(n_cand)
+        gentle = zeros_i64(n_cand)
+        n0 = self._weigh(best, EXPONENTS[0], act0, gentle)
+        exponent = i64(self.exponent())
+        w0 = gentle
+        if exponent != EXPONENTS[0]:
+            w0 = zeros_i64(n_cand)
+            self._weigh(best, exponent, act0, w0)
         nx0 = filled_i32(n0, SEP)
         h._next_tokens(act0, n0, 0, nx0)
+        h._next_tokens(act0, n0, 0, h.next_t)  # _vote's input
         b2 = h._query_at(q, 1)
         b1 = h._query_at(q, 0)
-        votes = self.tree_votes
-        if votes is None:
-            votes = TreeVotes()
-            self.tree_votes = votes
-        votes.tally(nx0, n0)
-        # their share classes count occurrences, as the reference's unweighted vote does (the
-        # continuations' tallies below replace the table's totals)
-        n_votes0 = votes.n_votes
-        contested0 = votes.n_tokens >= 2
-        # The runner-ups first (the continuations' votes reuse the table): most votes first.
+        t0, s0 = self._vote(gentle, n0)
+        contested = h.vote_n >= 2
+        joined = False
+        if contested and b2 != SEP and b1 != SEP and st._st_begin(b2, b1):
+            joined = self._static_vote(st, t0, s0)[2] >= 0.0  # fills vote_c with the counts
+        # the vote's slots (each token voted for), and every token's sum as _static_vote has it
+        vg = h.vote_g
+        vk = h.vote_k
+        vs = h.vote_s
+        vc = h.vote_c
+        n_slots = h.vote_n
+        total = float(self.vote_total)
+        whole = total
+        den = 1.0
+        if joined:
+            n_static: i64 = 0
+            for j in range(n_slots):
+                n_static += vc[j]
+            den = STATIC_VOTE_DIV * float(n_static)
+            whole = total + total / STATIC_VOTE_DIV
+        # The runner-ups first (the continuations' votes reuse the table): the highest sums, then
+        # slot scores, as the reference's sort.
         taken = vec[i32]()
         taken = append(taken, b0[m])
         picks = vec[i64]()
-        counts = vec[i64]()
         for _r in range(branches - 1):  # ``_r``, not ``_``: see _tables.filled_i32
-            f, c = votes.best(nx0, n0, taken)
-            if f < 0:
+            pick: i64 = -1
+            top = -1.0
+            top_s: i64 = 0
+            for j in range(n_slots):
+                g = vg[j]
+                t = low32(vk[g])
+                skipped = False
+                for i in range(len(taken)):
+                    if taken[i] == t:
+                        skipped = True
+                if skipped:
+                    continue
+                a = float(vs[g] >> VOTE_W_SHIFT)
+                if joined:
+                    a = a + total * float(vc[j]) / den
+                if a > top or (a == top and vs[g] > top_s):
+                    top = a
+                    top_s = vs[g]
+                    pick = j
+            if pick < 0:
                 break
-            taken = append(taken, nx0[f])
-            picks = append(picks, f)
-            counts = append(counts, c)
+            taken = append(taken, low32(vk[vg[pick]]))
+            picks = append(picks, pick)
+        # the picks' sums and slot scores, before the continuations' votes reuse the table (a
+        # list: vec holds no floats; a few per tree proposal)
+        sums: list[float] = []
+        scores = vec[i64]()
+        for ri in range(len(picks)):
+            j = picks[ri]
+            a = float(vs[vg[j]] >> VOTE_W_SHIFT)
+            if joined:
+                a = a + total * float(vc[j]) / den
+            sums.append(a)
+            scores = append(scores, vs[vg[j]])
         none = vec[i32]()
         for ri in range(len(picks)):
             if i64(len(tree)) >= branches:
                 break
-            f = picks[ri]
-            c = counts[ri]
-            r = nx0[f]
+            sc = scores[ri]
+            r = taken[ri + 1]
+            c = (sc >> VOTE_C_SHIFT) & VOTE_RANK
+            f = VOTE_RANK - (sc & VOTE_RANK)
+            cur_start = h.req_start  # as in _walk
+            if self._own is not None:
+                cur_start = OWN_BASE
             cur = source_class(cur_start, act0[f])
-            share = share_class(float(c), float(n_votes0), contested0)
+            share = share_class(sums[ri], whole, contested)
             p = prob * self._estimate(stat_cell(c, n0, best, static_class(st, b2, b1, r), kind, cur, share))
             if p < self.threshold:
                 continue
@@ -1170,35 +1243,11 @@ class HybridState:
                 d = append(d, b0[j])
             d = append(d, r)
             act = vec[i64](capacity=c)
+            act_w = vec[i64](capacity=c)
             for i in range(n0):
                 if nx0[i] == r:
                     act = append(act, act0[i])
+                    act_w = append(act_w, w0[i])
             n_act = i64(len(act))
-            nx = filled_i32(n_act, SEP)
-            a2 = b1
-            a1 = r
-            k: i64 = 1
-            while k < n_max:
-                h._next_tokens(act, n_act, k, nx)
-                votes.tally(nx, n_act)
-                g, cnt = votes.best(nx, n_act, none)
-                if g < 0:
-                    break
-                t = nx[g]
-                cur = source_class(cur_start, act[g])
-                share = share_class(float(cnt), float(votes.n_votes), votes.n_tokens >= 2)
-                sclass = static_class(st, a2, a1, t)
-                p = p * self._estimate(stat_cell(cnt, n_act, best + k, sclass, kind, cur, share))
-                if p < self.threshold:
-                    break
-                d = append(d, t)
-                a2 = a1
-                a1 = t
-                k += 1
-                n_kept: i64 = 0
-                for i in range(n_act):
-                    if nx[i] == t:
-                        act[n_kept] = act[i]
-                        n_kept += 1
-                n_act = n_kept
+            d, _cells = self._walk(act, act_w, n_act, best, 1, n_max, p, kind, b1, r, st, d, vec[i64](), none, 0, 0)
             add_branch(tree, d, branches)
