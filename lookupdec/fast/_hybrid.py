@@ -245,6 +245,12 @@ def share_class(winner: float, total: float, contested: bool) -> i64:
     return c
 
 
+def joined_total(total: float) -> float:
+    """The sum of every token's vote where the static index joined a vote of weight ``total``: the
+    weights, and a STATIC_VOTE_DIV-th of them shared by the counts (the reference's ``_tally``)."""
+    return total + total / STATIC_VOTE_DIV
+
+
 def llama_cell(m: i64, j: i64, confirmed: bool) -> i64:
     """Index of the acceptance statistic of token ``j`` of a llama.cpp draft of ``m`` tokens
     (``confirmed``: the suffix-only draft has the same first ``j + 1`` tokens)."""
@@ -537,9 +543,7 @@ class HybridState:
         in ``act_w``, ``b2``, ``b1`` are the two tokens before the next one, ``prob`` the running
         estimate so far; ``cmp``: see :meth:`_follow`. Appends to ``drafted`` and ``cells``."""
         h = self.history
-        cur_start = h.req_start  # where source_class's current request starts
-        if self._own is not None:
-            cur_start = OWN_BASE  # a detached request's: the history's requests are all other ones
+        cur_start = self._cur_start()
         nx = h.next_t
         while k < n_max:
             h._next_tokens(act, n_act, k, nx)  # the request stream's or the corpus's (-1 past their ends)
@@ -554,8 +558,8 @@ class HybridState:
             if has_part and contested:
                 best_t, best_s, top = self._static_vote(st, best_t, best_s)
             total = float(self.vote_total)
-            if top >= 0.0:  # every token's sum: the weights, and a STATIC_VOTE_DIV-th of them shared
-                share = share_class(top, total + total / STATIC_VOTE_DIV, contested)
+            if top >= 0.0:
+                share = share_class(top, joined_total(total), contested)
             else:
                 share = share_class(float(best_s >> VOTE_W_SHIFT), total, contested)
             best_c = (best_s >> VOTE_C_SHIFT) & VOTE_RANK
@@ -574,6 +578,13 @@ class HybridState:
                 break
             n_act = self._keep(act, act_w, n_act, best_t)
         return drafted, cells
+
+    def _cur_start(self) -> i64:
+        """Where :func:`source_class`'s current request starts: the history's last request, or for
+        a detached request :data:`OWN_BASE` (its own tokens; the history's requests are all other ones)."""
+        if self._own is not None:
+            return OWN_BASE
+        return self.history.req_start
 
     def exponent(self) -> int:
         """The exponent the age weights fall with now (the reference's ``HybridState.exponent``):
@@ -1175,64 +1186,53 @@ class HybridState:
         n_slots = h.vote_n
         total = float(self.vote_total)
         whole = total
-        den = 1.0
+        # every slot's sum (a list: vec holds no floats; a few dozen per tree proposal)
+        slot_sums: list[float] = []
+        for j in range(n_slots):
+            slot_sums.append(float(vs[vg[j]] >> VOTE_W_SHIFT))
         if joined:
             n_static: i64 = 0
             for j in range(n_slots):
                 n_static += vc[j]
             den = STATIC_VOTE_DIV * float(n_static)
-            whole = total + total / STATIC_VOTE_DIV
+            whole = joined_total(total)
+            for j in range(n_slots):
+                slot_sums[j] = slot_sums[j] + total * float(vc[j]) / den  # _static_vote's order
         # The runner-ups first (the continuations' votes reuse the table): the highest sums, then
-        # slot scores, as the reference's sort.
+        # slot scores, as the reference's sort; their sums and slot scores kept.
         taken = vec[i32]()
         taken = append(taken, b0[m])
-        picks = vec[i64]()
+        sums: list[float] = []
+        scores = vec[i64]()
         for _r in range(branches - 1):  # ``_r``, not ``_``: see _tables.filled_i32
             pick: i64 = -1
-            top = -1.0
-            top_s: i64 = 0
+            top = 0.0
             for j in range(n_slots):
-                g = vg[j]
-                t = low32(vk[g])
                 skipped = False
                 for i in range(len(taken)):
-                    if taken[i] == t:
+                    if taken[i] == low32(vk[vg[j]]):
                         skipped = True
                 if skipped:
                     continue
-                a = float(vs[g] >> VOTE_W_SHIFT)
-                if joined:
-                    a = a + total * float(vc[j]) / den
-                if a > top or (a == top and vs[g] > top_s):
-                    top = a
-                    top_s = vs[g]
-                    pick = j
+                a = slot_sums[j]
+                if pick >= 0 and (a < top or (a == top and vs[vg[j]] < vs[vg[pick]])):
+                    continue  # no tuples compared here: mypyc would box them per slot
+                pick = j
+                top = a
             if pick < 0:
                 break
             taken = append(taken, low32(vk[vg[pick]]))
-            picks = append(picks, pick)
-        # the picks' sums and slot scores, before the continuations' votes reuse the table (a
-        # list: vec holds no floats; a few per tree proposal)
-        sums: list[float] = []
-        scores = vec[i64]()
-        for ri in range(len(picks)):
-            j = picks[ri]
-            a = float(vs[vg[j]] >> VOTE_W_SHIFT)
-            if joined:
-                a = a + total * float(vc[j]) / den
-            sums.append(a)
-            scores = append(scores, vs[vg[j]])
+            sums.append(slot_sums[pick])
+            scores = append(scores, vs[vg[pick]])
+        cur_start = self._cur_start()
         none = vec[i32]()
-        for ri in range(len(picks)):
+        for ri in range(len(scores)):
             if i64(len(tree)) >= branches:
                 break
             sc = scores[ri]
             r = taken[ri + 1]
             c = (sc >> VOTE_C_SHIFT) & VOTE_RANK
             f = VOTE_RANK - (sc & VOTE_RANK)
-            cur_start = h.req_start  # as in _walk
-            if self._own is not None:
-                cur_start = OWN_BASE
             cur = source_class(cur_start, act0[f])
             share = share_class(sums[ri], whole, contested)
             p = prob * self._estimate(stat_cell(c, n0, best, static_class(st, b2, b1, r), kind, cur, share))
