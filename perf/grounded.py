@@ -29,6 +29,13 @@ Drafters (``--drafters``), each at ``n_draft`` = every ``--k`` value:
 - ``oracle``, ``oracle/anchored``: not drafters but ceilings (``perf.oracle``): a clairvoyant
   that drafts the longest prefix of the true continuation occurring in the history (anywhere, or
   after an occurrence of the last token), so that no drafter copying a span accepts more per step.
+- ``hybrid@T``: the hybrid policy alone at a fixed threshold ``T`` (no waste controller: its
+  threshold moves by 0.01 % a step, too slowly to settle within these pairs at large ``k``).
+
+``--match-waste`` answers the question "more tokens per step at no more waste?": it adds
+``hybrid@T`` at every threshold of :data:`SWEEP` and, for each peer at each ``k``, prints the
+hybrid policy's best row that wasted no more per step than the peer (the sweep's points, not an
+interpolation: a conservative comparison).
 
 Tokens per step (output tokens / steps) and accepted tokens are deterministic; µs per step is
 ``propose`` + ``observe`` through each drafter's Python API (for the peers that is not their
@@ -38,6 +45,7 @@ engine's own cost), noisy on a shared machine.
     python -m perf grounded --work /work/grounded          # the whole set (downloads the sdists once)
     python -m perf grounded --work /work/grounded --k 8,16 --json results/grounded.json
     python -m perf grounded --work /work/grounded --drafters hybrid,suffix --judge   # vs the ceiling
+    python -m perf grounded --work /work/grounded --k 8,16,32 --match-waste          # at the peers' waste
 """
 
 from __future__ import annotations
@@ -80,12 +88,38 @@ ORACLES = ("oracle", "oracle/anchored")
 """The ceilings of :mod:`perf.oracle`: neither lookupdec's nor a peer."""
 LOOKUPDEC = ("llama", "llama+static", "hybrid", "hybrid+static", "hybrid+corpus", "hybrid/w0.5")
 """The drafters that are lookupdec's (the others are peers)."""
+FIXED = "hybrid@"
+"""The prefix of the hybrid policy's fixed-threshold drafters: ``hybrid@0.3`` drafts at a threshold of 0.3."""
+SWEEP = (0.002, 0.003, 0.005, 0.007, 0.01, 0.015, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
+"""``--match-waste``'s thresholds: the waste controller's range (0.002..0.5), about 1.5x apart."""
+
+
+def fixed_name(threshold: float) -> str:
+    """The drafter name of the hybrid policy at the fixed ``threshold``."""
+    return f"{FIXED}{threshold:g}"
+
+
+def fixed_threshold(name: str) -> float | None:
+    """The threshold of a ``hybrid@T`` name; None for any other name (or a ``T`` not in [0, 1])."""
+    if not name.startswith(FIXED):
+        return None
+    try:
+        t = float(name[len(FIXED) :])
+    except ValueError:
+        return None
+    return t if 0.0 <= t <= 1.0 else None
+
+
+def is_lookupdec(name: str) -> bool:
+    """Whether the drafter called ``name`` is lookupdec's (else a peer's or a ceiling)."""
+    return name in LOOKUPDEC or fixed_threshold(name) is not None
 
 
 class LookupdecDrafter:
     """lookupdec's public API as a :class:`perf.peers.PeerDrafter`: one ``Drafter.request`` per pair.
 
     ``impl``: the implementation module (``lookupdec.fast`` by default, or ``lookupdec.reference``).
+    ``threshold`` (hybrid only): draft at this fixed threshold instead of steering to ``target_waste``.
     """
 
     def __init__(
@@ -96,10 +130,15 @@ class LookupdecDrafter:
         corpus: list[int] | None = None,
         impl: Any = None,
         target_waste: float | None = None,
+        threshold: float | None = None,
     ) -> None:
         if impl is None:
             from lookupdec import fast as impl
+        if threshold is not None:  # fixed: no waste target steers it
+            target_waste = 0.0
         self._drafter = impl.Drafter(static, policy=policy, n_draft=n_draft, corpus=corpus, target_waste=target_waste)
+        if threshold is not None:
+            self._drafter.policy_state.threshold = threshold
         self._request: Any = None
 
     def begin(self, prompt: list[int]) -> None:
@@ -183,9 +222,12 @@ def make_drafter(
         return LookupdecDrafter("hybrid", k, static, corpus)
     if name == "hybrid/w0.5":
         return LookupdecDrafter("hybrid", k, target_waste=0.5)
+    threshold = fixed_threshold(name)
+    if threshold is not None:
+        return LookupdecDrafter("hybrid", k, threshold=threshold)
     if name in DRAFTERS:  # a peer: perf.peers makes it
         return peers.make_drafter(name, corpus, k, n_ctx)
-    raise ValueError(f"unknown drafter {name!r} (known: {', '.join(DRAFTERS)})")
+    raise ValueError(f"unknown drafter {name!r} (known: {', '.join(DRAFTERS)}, {FIXED}T)")
 
 
 def run(
@@ -250,7 +292,11 @@ def run(
 
 def best_peer(rows: Sequence[dict[str, Any]], kind: str, k: int | None = None) -> dict[str, Any] | None:
     """The peer row of ``kind`` (at draft length ``k``, or any) with the most tokens per step."""
-    peers = [r for r in rows if r["kind"] == kind and r["drafter"] not in LOOKUPDEC + ORACLES and k in (None, r["k"])]
+    peers = [
+        r
+        for r in rows
+        if r["kind"] == kind and not is_lookupdec(r["drafter"]) and r["drafter"] not in ORACLES and k in (None, r["k"])
+    ]
     return max(peers, key=lambda r: r["tokens_per_step"], default=None)
 
 
@@ -262,7 +308,7 @@ def print_table(rows: Sequence[dict[str, Any]]) -> None:
         print("| drafter | k | tokens/step | vs best peer at k | accepted | drafted | wasted/step | steps | µs/step |")
         print("|---|---|---|---|---|---|---|---|---|")
         for r in rows:
-            if r["kind"] != kind:
+            if r["kind"] != kind or fixed_threshold(r["drafter"]) is not None:  # the sweep: print_matched
                 continue
             best = best_peer(rows, kind, r["k"])
             vs = f"{r['tokens_per_step'] / best['tokens_per_step']:.3f}x" if best else "-"
@@ -290,6 +336,48 @@ def print_table(rows: Sequence[dict[str, Any]]) -> None:
                 )
 
 
+def matched(rows: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """Each peer row with the ``hybrid@T`` row of its kind and ``k`` that has the most tokens per
+    step among those that wasted no more per step than the peer (None: none did)."""
+    out: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+    for peer in rows:
+        if is_lookupdec(peer["drafter"]) or peer["drafter"] in ORACLES:
+            continue
+        fits = [
+            r
+            for r in rows
+            if fixed_threshold(r["drafter"]) is not None
+            and (r["kind"], r["k"]) == (peer["kind"], peer["k"])
+            and r["wasted_per_step"] <= peer["wasted_per_step"]
+        ]
+        out.append((peer, max(fits, key=lambda r: r["tokens_per_step"], default=None)))
+    return out
+
+
+def print_matched(rows: Sequence[dict[str, Any]]) -> None:
+    """``--match-waste``'s table per kind: each peer against the hybrid policy at no more waste."""
+    pairs = matched(rows)
+    if not any(fixed_threshold(r["drafter"]) is not None for r in rows):
+        return
+    for kind in dict.fromkeys(peer["kind"] for peer, _ in pairs):
+        print(
+            f"\n{kind}, at no more waste: each peer against the hybrid policy's best fixed threshold (--match-waste)\n"
+        )
+        print("| k | peer | tokens/step | wasted/step | hybrid at | tokens/step | wasted/step | ratio |")
+        print("|---|---|---|---|---|---|---|---|")
+        for peer, h in sorted((x for x in pairs if x[0]["kind"] == kind), key=lambda x: (x[0]["k"], x[0]["drafter"])):
+            mine = (
+                f"{h['drafter']} | {h['tokens_per_step']:.4f} | {h['wasted_per_step']:.3f} | "
+                f"{h['tokens_per_step'] / peer['tokens_per_step']:.3f}x"
+                if h is not None
+                else "- | - | - | - (every threshold wasted more)"
+            )
+            print(
+                f"| {peer['k']} | {peer['drafter']} | {peer['tokens_per_step']:.4f} | "
+                f"{peer['wasted_per_step']:.3f} | {mine} |"
+            )
+
+
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
     """Tokens per step against wasted tokens per step, a line per drafter through its ``k`` values,
     a panel per kind (PNG at ``path``)."""
@@ -301,7 +389,21 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
     kinds = list(dict.fromkeys(r["kind"] for r in rows))
     fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 4.4), squeeze=False)
     for ax, kind in zip(axes[0], kinds, strict=True):
-        for name in dict.fromkeys(r["drafter"] for r in rows):
+        # the hybrid policy's fixed thresholds (--match-waste): a thin line per k, its frontier
+        sweep = [r for r in rows if r["kind"] == kind and fixed_threshold(r["drafter"]) is not None]
+        for k in sorted({r["k"] for r in sweep}):
+            line = sorted((r["wasted_per_step"], r["tokens_per_step"]) for r in sweep if r["k"] == k)
+            ax.plot(
+                [x[0] for x in line],
+                [x[1] for x in line],
+                marker=".",
+                markersize=3,
+                linewidth=0.8,
+                color="darkgreen",
+                alpha=0.6,
+                label="hybrid, fixed thresholds (a line per k)" if k == min(r["k"] for r in sweep) else None,
+            )
+        for name in dict.fromkeys(r["drafter"] for r in rows if fixed_threshold(r["drafter"]) is None):
             pts = sorted(
                 (r["k"], r["wasted_per_step"], r["tokens_per_step"])
                 for r in rows
@@ -342,7 +444,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--sample", action="store_true", help="the few pairs shipped in tests/data (no download)")
     src.add_argument("--work", metavar="DIR", help="folder of perf.grounded_data (sdists and tokenized pairs)")
-    p.add_argument("--drafters", default=",".join(DRAFTERS), help="comma-separated: " + ", ".join(DRAFTERS))
+    p.add_argument(
+        "--drafters",
+        default=",".join(DRAFTERS),
+        help="comma-separated: " + ", ".join(DRAFTERS) + f", {FIXED}T (the hybrid policy at the fixed threshold T)",
+    )
     p.add_argument("--k", default="8", help="comma-separated n_draft values, each drafter runs at each (default 8)")
     p.add_argument("--kinds", default="code,docs", help="pair kinds to run (default code,docs)")
     p.add_argument("--max-tokens", type=int, default=16384, help="longest prompt + output kept (perf.grounded_data)")
@@ -355,18 +461,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also judge each step against the anchored ceiling at its position: at it, below it by a wrong "
         "token, or below it by stopping short (a table per kind; µs/step then include the judging)",
     )
+    p.add_argument(
+        "--match-waste",
+        action="store_true",
+        help=f"also run the hybrid policy at fixed thresholds ({SWEEP[0]}..{SWEEP[-1]}) and compare each peer "
+        "with its best one that wasted no more per step",
+    )
     p.add_argument("--from-json", metavar="PATH", help="print (and plot) stored rows instead of running")
     args = p.parse_args(argv)
     if args.from_json:
         rows = json.loads(Path(args.from_json).read_text())
         print_table(rows)
+        print_matched(rows)
         if args.plot:
             plot(rows, Path(args.plot))
         return 0
     names = [x for x in args.drafters.split(",") if x]
     for name in names:
-        if name not in DRAFTERS:
-            p.error(f"unknown drafter {name!r} (known: {', '.join(DRAFTERS)})")
+        if name not in DRAFTERS and fixed_threshold(name) is None:
+            p.error(f"unknown drafter {name!r} (known: {', '.join(DRAFTERS)}, or {FIXED}T with T in [0, 1])")
+    if args.match_waste:
+        names += [n for n in map(fixed_name, SWEEP) if n not in names]
     try:
         ks = [int(x) for x in args.k.split(",") if x]
     except ValueError:
@@ -383,6 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cache.mkdir(parents=True, exist_ok=True)
         rows = run(pairs, names, ks, cache, judge=args.judge)
     print_table(rows)
+    print_matched(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     if args.plot:

@@ -128,3 +128,50 @@ def test_main_prints_and_plots_stored_rows(tmp_path: Path, capsys: pytest.Captur
     png = tmp_path / "plot.png"
     assert grounded.main(["--from-json", str(stored), "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_fixed_threshold_names() -> None:
+    assert grounded.fixed_name(0.3) == "hybrid@0.3"
+    assert grounded.fixed_threshold("hybrid@0.3") == 0.3
+    assert grounded.fixed_threshold(grounded.fixed_name(0.002)) == 0.002
+    for name in ("hybrid", "hybrid@", "hybrid@x", "hybrid@1.5", "suffix"):
+        assert grounded.fixed_threshold(name) is None
+    assert grounded.is_lookupdec("hybrid@0.1") and grounded.is_lookupdec("hybrid/w0.5")
+    assert not grounded.is_lookupdec("suffix") and not grounded.is_lookupdec("oracle")
+
+
+def test_fixed_threshold_drafter_is_not_steered() -> None:
+    # hybrid@T drafts at T throughout; the default hybrid's waste controller moves its threshold.
+    prompt, output = copy_pair(4)
+    drafted = {}
+    for name in ("hybrid@0.002", "hybrid@0.5", "hybrid"):
+        d = grounded.make_drafter(name, 8, len(prompt) + len(output), None, [])
+        assert isinstance(d, grounded.LookupdecDrafter)
+        drafted[name] = teacher_force(d, prompt + output, len(prompt), 8, name).n_drafted
+        state = d._drafter.policy_state
+        fixed = grounded.fixed_threshold(name)
+        if fixed is not None:
+            assert state.threshold == fixed and state.target_waste10 == 0
+        else:
+            assert state.threshold != 0.015  # steered away from its initial threshold
+    assert drafted["hybrid@0.002"] > drafted["hybrid@0.5"]
+
+
+def test_match_waste_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def row(name: str, tokens: float, wasted: float) -> dict[str, object]:
+        return {"kind": "all", "drafter": name, "k": 8, "pairs": 2, "output_tokens": 100, "n_steps": 10,
+                "n_accept": 50, "n_drafted": 60, "tokens_per_step": tokens, "wasted_per_step": wasted,
+                "us_per_step": 2.0}  # fmt: skip
+
+    rows = [row("vllm", 5.0, 1.0), row("hf", 4.0, 0.2), row("hybrid", 5.9, 1.9)]
+    rows += [row("hybrid@0.1", 6.0, 1.5), row("hybrid@0.2", 5.6, 0.9), row("hybrid@0.3", 5.2, 0.5)]
+    stored = tmp_path / "rows.json"
+    stored.write_text(json.dumps(rows))
+    assert grounded.main(["--from-json", str(stored)]) == 0
+    out = capsys.readouterr().out
+    # the sweep is not a peer (hybrid@0.1's 6.0 would be the best) and not in the main table
+    assert "| vllm (best peer) | 8 | 5.0000 | 1.000x |" in out
+    assert "| hybrid@0.1 | 8 |" not in out
+    # vllm wasted 1.0 a step: the best threshold wasting no more is 0.2 (0.9 wasted), 5.6 / 5.0
+    assert "| 8 | vllm | 5.0000 | 1.000 | hybrid@0.2 | 5.6000 | 0.900 | 1.120x |" in out
+    assert "| 8 | hf | 4.0000 | 0.200 | - | - | - | - (every threshold wasted more) |" in out
