@@ -437,6 +437,23 @@ class HybridTests(ImplTests):
             assert got[:2] == expected, misses
         assert got == []  # 2 / 102 < 0.02
 
+    def test_copy_floor(self) -> None:
+        copy_floor = self.hybrid_module().copy_floor
+        assert copy_floor(15, 0) == 0.0 and copy_floor(16, 1) == 0.0 and copy_floor(40, 3) == 0.0
+        assert copy_floor(16, 0) == 17 / 18 and copy_floor(40, 0) == 41 / 42
+
+    def test_a_long_copy_drafts_by_the_rule_of_succession(self) -> None:
+        # One earlier request, 60 distinct tokens. At a threshold of 0.47 fresh estimates (1/2)
+        # draft one token. A query whose last 16 tokens match it (an uncontested vote) has the copy
+        # floor from its first token: after j tokens (17/18) (18/19) ... = 17 / (17 + j) >= 0.47
+        # while j <= 19 (17/36 = 0.472; 17/37 = 0.459).
+        s = self.state(list(range(100, 160)), threshold=0.47)
+        assert self.propose(s, [999, *range(100, 116)], 32) == list(range(116, 135))
+        # A match of 15: the first token at its fresh 1/2, then the floor: 1/2 * 17/18 = 0.472 >=
+        # 0.47, 1/2 * 17/18 * 18/19 = 0.447 < 0.47.
+        s.begin_request()
+        assert self.propose(s, [999, *range(101, 116)], 32) == [116, 117]
+
     def test_llama_draft_comes_first(self) -> None:
         impl = self.impl
         ctx = impl.NgramCache()

@@ -70,6 +70,8 @@ run's budget, so the average over the run is what is steered."""
 PRIOR_OK: Final = 1.0
 PRIOR_TRIED: Final = 2.0
 """Laplace prior of every acceptance estimate: (ok + 1) / (tried + 2)."""
+COPY_MIN: Final[i64] = 16
+"""From this match length on, an uncontested suffix token's estimate has a floor (see :func:`copy_floor`)."""
 DECAY_AT: Final[i64] = 1 << 14
 """A statistic's counts are halved (integer division) when its ``tried`` reaches this: recent steps weigh more."""
 
@@ -225,6 +227,16 @@ def selected_class(st: StaticSource, has_part: bool, t: i32) -> i64:
     if c < 20:
         return 3
     return 4
+
+
+def copy_floor(m: i64, share: i64) -> float:
+    """The least estimate of a suffix token after a match of ``m`` tokens (match length plus the
+    tokens drafted after it) whose vote is not contested (``share`` 0): ``(m + 1) / (m + 2)``, the
+    rule of succession on the copy so far, from COPY_MIN on; else 0. The reference's ``copy_floor``
+    says why."""
+    if share != 0 or m < COPY_MIN:
+        return 0.0
+    return float(m + 1) / float(m + 2)
 
 
 def share_class(winner: float, total: float, contested: bool) -> i64:
@@ -566,7 +578,7 @@ class HybridState:
             best_f = VOTE_RANK - (best_s & VOTE_RANK)
             cur = source_class(cur_start, act[best_f])
             cell = stat_cell(best_c, n_act, best + k, selected_class(st, has_part, best_t), kind, cur, share)
-            prob = prob * self._estimate(cell)
+            prob = prob * max(self._estimate(cell), copy_floor(best + k, share))
             if prob < self.threshold:
                 break
             drafted = append(drafted, best_t)
