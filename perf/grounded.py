@@ -115,6 +115,11 @@ def is_lookupdec(name: str) -> bool:
     return name in LOOKUPDEC or fixed_threshold(name) is not None
 
 
+def is_peer(name: str) -> bool:
+    """Whether the drafter called ``name`` is a peer's: neither lookupdec's nor a ceiling."""
+    return not is_lookupdec(name) and name not in ORACLES
+
+
 class LookupdecDrafter:
     """lookupdec's public API as a :class:`perf.peers.PeerDrafter`: one ``Drafter.request`` per pair.
 
@@ -135,6 +140,8 @@ class LookupdecDrafter:
         if impl is None:
             from lookupdec import fast as impl
         if threshold is not None:  # fixed: no waste target steers it
+            if policy != "hybrid":
+                raise ValueError(f"a fixed threshold is the hybrid policy's, not the {policy!r} policy's")
             target_waste = 0.0
         self._drafter = impl.Drafter(static, policy=policy, n_draft=n_draft, corpus=corpus, target_waste=target_waste)
         if threshold is not None:
@@ -292,11 +299,7 @@ def run(
 
 def best_peer(rows: Sequence[dict[str, Any]], kind: str, k: int | None = None) -> dict[str, Any] | None:
     """The peer row of ``kind`` (at draft length ``k``, or any) with the most tokens per step."""
-    peers = [
-        r
-        for r in rows
-        if r["kind"] == kind and not is_lookupdec(r["drafter"]) and r["drafter"] not in ORACLES and k in (None, r["k"])
-    ]
+    peers = [r for r in rows if r["kind"] == kind and is_peer(r["drafter"]) and k in (None, r["k"])]
     return max(peers, key=lambda r: r["tokens_per_step"], default=None)
 
 
@@ -341,7 +344,7 @@ def matched(rows: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[s
     step among those that wasted no more per step than the peer (None: none did)."""
     out: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
     for peer in rows:
-        if is_lookupdec(peer["drafter"]) or peer["drafter"] in ORACLES:
+        if not is_peer(peer["drafter"]):
             continue
         fits = [
             r
@@ -356,9 +359,9 @@ def matched(rows: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[s
 
 def print_matched(rows: Sequence[dict[str, Any]]) -> None:
     """``--match-waste``'s table per kind: each peer against the hybrid policy at no more waste."""
-    pairs = matched(rows)
     if not any(fixed_threshold(r["drafter"]) is not None for r in rows):
         return
+    pairs = matched(rows)
     for kind in dict.fromkeys(peer["kind"] for peer, _ in pairs):
         print(
             f"\n{kind}, at no more waste: each peer against the hybrid policy's best fixed threshold (--match-waste)\n"

@@ -155,6 +155,8 @@ def test_fixed_threshold_drafter_is_not_steered() -> None:
         else:
             assert state.threshold != 0.015  # steered away from its initial threshold
     assert drafted["hybrid@0.002"] > drafted["hybrid@0.5"]
+    with pytest.raises(ValueError, match="hybrid policy"):
+        grounded.LookupdecDrafter("llama", 8, threshold=0.3)
 
 
 def test_match_waste_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -295,8 +295,9 @@ def copy_floor(m: int, share: int) -> float:
     match reaches back, as SuffixDecoding's does. The cells' own rates (by match length up to 32)
     pool long copies with everything else and are low there: on the input-grounded pairs, tokens
     they estimated at 0.4-0.6 were accepted 94-95 % of the time where no drafted token had been
-    rejected for 128 tokens (``perf grounded``, 2026-12-06). With the floor the hybrid policy drafts
-    more tokens per step for less waste there at the thresholds 0.15 and 0.3, at k = 8, 16 and 32.
+    rejected for 128 tokens (this policy instrumented, on ``perf grounded``'s pairs, 2026-12-06).
+    With the floor the hybrid policy drafts more tokens per step for less waste there at the
+    thresholds 0.15 and 0.3, at k = 8, 16 and 32.
     """
     if share != 0 or m < COPY_MIN:
         return 0.0
