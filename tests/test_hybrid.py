@@ -689,6 +689,26 @@ def test_replay_counts_identical_on_demo_data() -> None:
     assert len(counts) == 1, counts
 
 
+@pytest.mark.parametrize("exponent", [*ref.hybrid.EXPONENTS, 0, 1, 5])
+def test_vote_weights_match_the_reference(exponent: int) -> None:
+    # The fast path reads the weights from a table (by exponent and the age's bit length); the
+    # reference computes them: every bit length 0..64, at its ends and in between.
+    from lookupdec.fast import _hybrid
+
+    ages = [0, 1, 2, 3, 7, 8, 4095, 1 << 24, (1 << 40) + 5, (1 << 63) - 1]
+    ages += [(1 << b) + (1 << b) // 3 for b in range(63)]
+    for age in ages:
+        assert _hybrid.vote_weight(age, exponent) == ref.hybrid.vote_weight(age, exponent), age
+
+
+def test_vote_weight_past_the_largest_exponent_is_an_error() -> None:
+    from lookupdec.fast import _hybrid
+
+    assert max(ref.hybrid.EXPONENTS) == _hybrid.MAX_EXPONENT  # the table covers every exponent used
+    with pytest.raises(IndexError):
+        _hybrid.vote_weight(1, _hybrid.MAX_EXPONENT + 1)
+
+
 def test_vote_table_restarts_when_its_stamp_runs_out() -> None:
     # The fast vote table's keys hold the round's stamp << 32: a stamp reaching VOTE_STAMP_MAX
     # clears the table and starts again at 1. Forced here after a first replay (which allocated
