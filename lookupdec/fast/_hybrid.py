@@ -742,8 +742,10 @@ class HybridState:
         with a part): each token's weight sum plus the vote's total / STATIC_VOTE_DIV times its
         share of the tokens' counts, a float computed in the reference's order; on a tie, the
         higher slot score. Returns the winner, its slot's score and its sum; unchanged, and -1.0
-        for the sum, when the part counts none of the tokens. Leaves the winner's count (ABSENT
-        if the part does not count it) in ``vote_count``: :func:`selected_class` needs it too."""
+        for the sum, when the part counts none of the tokens. Leaves the winner's count in
+        ``vote_count`` where it is positive, else NOT_COUNTED: :func:`selected_class` needs it too,
+        as ``_st_count`` gave it (the vote counts ABSENT and a negative count, one past 2^31 in
+        32 bits, alike as 0; the class does not)."""
         h = self.history
         vg = h.vote_g
         vc = h.vote_c
@@ -760,7 +762,7 @@ class HybridState:
                 c = 0
             vc[j] = c
             n_static += c
-        self.vote_count = ABSENT
+        self.vote_count = NOT_COUNTED
         if n_static == 0:
             return best_t, best_s, -1.0
         den = STATIC_VOTE_DIV * float(n_static)
@@ -773,9 +775,9 @@ class HybridState:
                 top = a
                 best_s = sc
                 best_t = low32(vk[g])
-                self.vote_count = vc[j]
-        if self.vote_count == 0:  # counted as 0 above: not a follower
-            self.vote_count = ABSENT
+                self.vote_count = NOT_COUNTED  # an if, not a conditional expression: mypyc boxed that
+                if vc[j] > 0:
+                    self.vote_count = vc[j]
         return best_t, best_s, top
 
     def _keep(self, act: vec[i64], act_w: vec[i64], n_act: i64, t: i32) -> i64:
