@@ -14,6 +14,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", ROOT / "perf" / "README.md", *(ROOT / "docs").glob("*.md")])
+IN_SOURCE_TREE = (ROOT / "lookupdec" / "__init__.py").exists()
+"""False where the tests run on a copy next to an installed wheel (.ci/test_installed.py): that
+copy holds only the pages whose examples run, so links between the pages cannot resolve there."""
 LINK = re.compile(r"\]\(([^)\s]*)\)")
 HEADING = re.compile(r"^#{1,6} (.*?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
@@ -71,6 +74,7 @@ def test_repeated_headings_are_numbered(tmp_path: Path) -> None:
     assert anchors(page) == {"peers", "peers-1"}
 
 
+@pytest.mark.skipif(not IN_SOURCE_TREE, reason="the pages are checked in the source tree, not in the installed copy")
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(page: Path) -> None:
     broken: list[str] = []
