@@ -1,8 +1,8 @@
 """Every relative link of the project's Markdown pages resolves: to a file that exists and, for a
 ``#fragment``, to a heading of that file (the anchors GitHub gives headings).
 
-A round of edits once dropped a heading that five links pointed to (``#input-grounded-drafting``);
-nothing failed, and the links went nowhere for a day.
+A round of edits once dropped a heading that seven links pointed to (``#input-grounded-drafting``);
+nothing failed, and the links went nowhere until a later round noticed.
 """
 
 from __future__ import annotations
