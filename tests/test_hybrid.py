@@ -3,7 +3,9 @@ against the reference model (identical drafts, identical replay counts)."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -479,6 +481,66 @@ class HybridTests(ImplTests):
         s.observe(0)
         assert s.threshold == pytest.approx(0.02 * 1.0001)
 
+    def copy_steps(self, target_waste: float, record: list[float] | None = None) -> tuple[Any, float]:
+        """A state with a target of ``target_waste``, after :data:`CALIBRATE_AT` teacher-forced
+        steps of a request that copies an earlier one with a tenth of its tokens changed at random
+        (long drafts, often wrong); ``record`` gets the running estimates of the wasted tokens
+        (the proposals' own, from ``last_step``, checked against their drafts). Returns the state
+        and its threshold before the last step."""
+        mod = self.hybrid_module()
+        rng = random.Random(5)
+        old = [rng.randrange(1000) for _ in range(6000)]
+        new = [t if rng.random() > 0.1 else rng.randrange(1000) for t in old]
+        s = self.impl.HybridState(self.impl.SuffixHistory(), target_waste=target_waste)
+        s.begin_request()
+        self.propose(s, old, 0)
+        s.begin_request()
+        out = new[:1]
+        before = s.threshold
+        for _ in range(mod.CALIBRATE_AT):
+            before = s.threshold
+            proposal = self.propose(s, out)
+            step = s.last_step()
+            probs = list(step.probs if hasattr(step, "probs") else step[5])
+            assert len(probs) == len(proposal)
+            assert all(a >= b for a, b in itertools.pairwise(probs)) and min(probs, default=1.0) >= before
+            acc = 0
+            while acc < len(proposal) and new[len(out) + acc] == proposal[acc]:
+                acc += 1
+            if record is not None:
+                record += probs[acc:]
+            s.observe(acc)
+            out = new[: len(out) + acc + 1]
+        assert len(out) < len(new)
+        return s, before
+
+    def test_calibration_raises_the_threshold_once(self) -> None:
+        # Those steps waste about 1.7 tokens each against a target of 1, so the threshold is
+        # calibrated at the 1,024th: from where the controller had it, it rises by 2 % steps
+        # until at most 1,024 of the tokens those steps wasted (the target's worth) had a running
+        # estimate at or above it. Then it moves by the controller's steps again.
+        mod = self.hybrid_module()
+        wasted: list[float] = []
+        s, before = self.copy_steps(1.0, wasted)
+        assert len(wasted) > 1.1 * mod.CALIBRATE_AT
+        t = before * mod.THRESHOLD_STEP  # the controller's own step first: overspent, it rose
+        while t < mod.THRESHOLD_MAX and sum(p >= t for p in wasted) > mod.CALIBRATE_AT:
+            t = min(t * mod.CALIBRATE_GRID, mod.THRESHOLD_MAX)
+        assert 2 * before < t < mod.THRESHOLD_MAX
+        assert s.threshold == t
+        assert (s.balance, s.recent) == (0, 0)
+        s.begin_request()
+        self.propose(s, [1, 2, 3, 1, 2])
+        s.observe(0)
+        assert s.threshold in (t * mod.THRESHOLD_STEP, t / mod.THRESHOLD_STEP)
+
+    def test_no_calibration_within_the_budget(self) -> None:
+        # The same steps against a target of 2 (more than they waste): no jump.
+        mod = self.hybrid_module()
+        s, before = self.copy_steps(2.0)
+        assert s.threshold == before / mod.THRESHOLD_STEP
+        assert s.observed == mod.CALIBRATE_AT
+
     def test_tokens_must_grow_within_a_request(self) -> None:
         s = self.state()
         self.propose(s, [1, 2, 3])
@@ -546,11 +608,13 @@ def lockstep(
     corpus: list[int] | str | None = None,
     seen_exponents: set[int] | None = None,
     scores: list[int] | None = None,
+    thresholds: list[float] | None = None,
     **kw: Any,
 ) -> int:
     """Drive both states (``HybridState(**kw)``, the history holding ``corpus`` (ids or a corpus file) first if given)
-    through the same requests with caches; assert identical proposals and exponents (adding
-    those the reference used to ``seen_exponents``; the exponents' ``scores`` to start from)."""
+    through the same requests with caches; assert identical proposals, exponents and thresholds
+    (adding those the reference used to ``seen_exponents``, its threshold after each step to
+    ``thresholds``; the exponents' ``scores`` to start from)."""
     fast = fast_impl()
     states = [
         (impl, impl.HybridState(impl.SuffixHistory(max_tokens), **kw), impl.NgramCache(), impl.NgramCache())
@@ -586,6 +650,9 @@ def lockstep(
             for _, s, c, _ in states:
                 s.observe(acc)
                 c.update(out, len(new), 1, 4)
+            assert states[0][1].threshold == states[1][1].threshold, f"step {steps}"
+            if thresholds is not None:
+                thresholds.append(states[1][1].threshold)
         for _, _, c, d in states:
             d.merge(c)
             c.clear()
@@ -596,6 +663,16 @@ def lockstep(
 
 def test_lockstep_demo_data() -> None:
     assert lockstep(demo("wiki.test.demo.llama3.bin", 5000), 8, 1500, 1 << 22, demo("enwiki_wt.demo.llama3.bin", 30000))
+
+
+def test_lockstep_calibration() -> None:
+    # Against a target of 0.5 the first 1,024 steps overspend, and both implementations raise the
+    # threshold at the 1,024th step to the same value (the float products in the same order).
+    from lookupdec.reference.hybrid import CALIBRATE_AT, CALIBRATE_GRID
+
+    seen: list[float] = []
+    assert lockstep(demo("wiki.test.demo.llama3.bin", 3000), 16, 1500, 1 << 22, None, thresholds=seen, target_waste=0.5)
+    assert seen[CALIBRATE_AT - 1] > CALIBRATE_GRID * seen[CALIBRATE_AT - 2]
 
 
 def test_lockstep_code_moves_the_exponent() -> None:

@@ -67,6 +67,12 @@ THRESHOLD_MAX: Final = 0.5
 BALANCE_CAP: Final[i64] = 100_000_000
 """The run's waste balance is kept within +-10,000,000 tokens (in tenths): in practice the whole
 run's budget, so the average over the run is what is steered."""
+CALIBRATE_AT: Final[i64] = 1024
+"""The threshold is calibrated once, after this many observed steps (see :meth:`HybridState._calibrate`)."""
+CALIBRATE_MARGIN: Final[i64] = 11
+"""It is raised at calibration only where those steps wasted more than ``CALIBRATE_MARGIN / 10`` times the target."""
+CALIBRATE_GRID: Final = 1.02
+"""Calibration raises the threshold by steps of this factor until the steps' waste would have met the target."""
 PRIOR_OK: Final = 1.0
 PRIOR_TRIED: Final = 2.0
 """Laplace prior of every acceptance estimate: (ok + 1) / (tried + 2)."""
@@ -318,20 +324,25 @@ KIND_STRIDE: Final[i64] = N_STATIC * N_CLASS * N_SHARE * N_CUR * N_LEN
 class HybridStep:
     """One proposal's bookkeeping (see :meth:`HybridState.last_step`): how many of its tokens were
     llama.cpp's (of a draft of ``llama_full``, the first ``confirmed`` of them confirmed by the
-    suffix-only draft) and suffix tokens, and their statistics' cells."""
+    suffix-only draft) and suffix tokens, their statistics' cells, and (until the threshold's
+    calibration) their running estimates."""
 
     llama_full: i64
     llama: i64
     suffix: i64
     cells: vec[i64]
     confirmed: i64
+    probs: list[float]
 
-    def __init__(self, llama_full: i64, llama: i64, suffix: i64, cells: vec[i64], confirmed: i64) -> None:
+    def __init__(
+        self, llama_full: i64, llama: i64, suffix: i64, cells: vec[i64], confirmed: i64, probs: list[float]
+    ) -> None:
         self.llama_full = llama_full
         self.llama = llama
         self.suffix = suffix
         self.cells = cells
         self.confirmed = confirmed
+        self.probs = probs
 
 
 class HybridState:
@@ -369,6 +380,10 @@ class HybridState:
     _cf_w: vec[i64]
     vote_total: i64
     vote_count: i64
+    observed: i64
+    last_probs: list[float]
+    walk_probs: list[float]
+    calibration: list[float]
 
     def __init__(
         self,
@@ -418,6 +433,14 @@ class HybridState:
         self._cf_w = vec[i64]()
         self.vote_total = 0  # the last _vote's total weight (for share_class)
         self.vote_count = NOT_COUNTED  # the last _static_vote's winner's count (for selected_class)
+        # The threshold's calibration (see _calibrate): the steps observed so far while steering
+        # (up to CALIBRATE_AT); until then, the running estimates of the last proposal's tokens
+        # and of the last walk's, and those of every drafted token those steps wasted. Lists of
+        # floats (boxed), filled only during those first steps.
+        self.observed = 0 if self.target_waste10 > 0 else CALIBRATE_AT  # a fixed threshold: none
+        self.last_probs = []
+        self.walk_probs = []
+        self.calibration = []
 
     def request_history(self) -> SuffixHistory:
         """An empty history for one request's own tokens, to pass to :meth:`propose_detached`
@@ -617,6 +640,8 @@ class HybridState:
                 break
             drafted = append(drafted, best_t)
             cells = append(cells, cell)
+            if self.observed < CALIBRATE_AT:
+                self.walk_probs.append(prob)
             b2 = b1
             b1 = best_t
             k += 1
@@ -863,6 +888,9 @@ class HybridState:
         self.last_llama_full = m_full
         self.last_suffix = 0
         self.last_confirmed = 0
+        calibrating = self.observed < CALIBRATE_AT
+        if calibrating:  # only then: a list per proposal was 1 % of the replay's instructions
+            self.last_probs = []
         if m_full > 0:
             alt = vec[i32](capacity=base + n_draft)
             for j in range(base):
@@ -883,10 +911,14 @@ class HybridState:
                 alt = vec[i32](capacity=base + n_draft)
                 for j in range(base):
                     alt = append(alt, drafted[j])
+                if calibrating:
+                    self.walk_probs = []
                 alt, alt_cells = self._follow(before, alt, n_draft, 1.0, 1, st, drafted, base, 0, True)
                 self.last_llama = 0
                 self.last_suffix = i64(len(alt_cells))
                 self.last_cells = alt_cells
+                if calibrating:
+                    self.last_probs = self.walk_probs
                 return alt
         prob = 1.0
         m: i64 = 0
@@ -895,6 +927,8 @@ class HybridState:
             if prob * p_ok < self.threshold:
                 break
             prob = prob * p_ok
+            if calibrating:
+                self.last_probs.append(prob)
             m += 1
         if m < m_full:
             kept = vec[i32](capacity=base + n_draft)
@@ -910,6 +944,8 @@ class HybridState:
         for j in range(base, len(drafted)):
             q = append(q, drafted[j])
         # m == 0 after a suffix-only draft: the same query as that draft's (``before``)
+        if calibrating:
+            self.walk_probs = []
         drafted, cells = self._follow(
             q,
             drafted,
@@ -924,6 +960,8 @@ class HybridState:
         )
         self.last_suffix = i64(len(cells))
         self.last_cells = cells
+        if calibrating:
+            self.last_probs.extend(self.walk_probs)
         return drafted
 
     def _observe(self, n_accepted: i64) -> None:
@@ -943,6 +981,13 @@ class HybridState:
             self.recent = r
             t = self.threshold * THRESHOLD_STEP if r + (b >> RUN_SHIFT) < 0 else self.threshold / THRESHOLD_STEP
             self.threshold = THRESHOLD_MAX if t > THRESHOLD_MAX else (THRESHOLD_MIN if t < THRESHOLD_MIN else t)
+            if self.observed < CALIBRATE_AT:
+                self.observed += 1
+                probs = self.last_probs
+                for i in range(n_accepted, min(m + s, i64(len(probs)))):  # this step's wasted tokens
+                    self.calibration.append(probs[i])
+                if self.observed == CALIBRATE_AT:
+                    self._calibrate()
         j: i64 = 0
         while j < m and j <= n_accepted:  # llama.cpp's tokens reached: the accepted ones and the first miss
             cell = llama_cell(self.last_llama_full, j, j < self.last_confirmed)
@@ -967,6 +1012,30 @@ class HybridState:
                 k += 1
         self.last_llama = 0
         self.last_suffix = 0
+
+    def _calibrate(self) -> None:
+        """Raise the threshold, once, to where the first CALIBRATE_AT steps would have wasted no
+        more than the target (the reference's ``_calibrate``): where they wasted more than
+        CALIBRATE_MARGIN / 10 times it, it rises by CALIBRATE_GRID until no more than the
+        target's worth of the tokens they wasted had a running estimate at or above it; the
+        balances start afresh. The same float products as the reference's, in the same order."""
+        wasted = sorted(self.calibration)
+        self.calibration = []
+        n = i64(len(wasted))
+        budget = self.target_waste10 * CALIBRATE_AT  # tenths of a token
+        if 100 * n <= CALIBRATE_MARGIN * budget:
+            return
+        t = self.threshold
+        below: i64 = 0  # wasted[below:] are the estimates at or above t: one pass as t rises
+        while t < THRESHOLD_MAX:
+            t = min(t * CALIBRATE_GRID, THRESHOLD_MAX)
+            while below < n and wasted[below] < t:
+                below += 1
+            if 10 * (n - below) <= budget:
+                break
+        self.threshold = t
+        self.balance = 0
+        self.recent = 0
 
     def propose(
         self,
@@ -1092,7 +1161,14 @@ class HybridState:
 
         Needed when proposals of several requests are outstanding at once.
         """
-        return HybridStep(self.last_llama_full, self.last_llama, self.last_suffix, self.last_cells, self.last_confirmed)
+        return HybridStep(
+            self.last_llama_full,
+            self.last_llama,
+            self.last_suffix,
+            self.last_cells,
+            self.last_confirmed,
+            self.last_probs,
+        )
 
     def resume_step(self, step: HybridStep) -> None:
         """Make ``step`` (from :meth:`last_step`) the proposal the next :meth:`observe` is about."""
@@ -1101,6 +1177,7 @@ class HybridState:
         self.last_suffix = step.suffix
         self.last_cells = step.cells
         self.last_confirmed = step.confirmed
+        self.last_probs = step.probs
 
     def observe(self, n_accepted: int, committed: Sequence[int] = ()) -> None:
         """Record that the engine accepted the first ``n_accepted`` tokens of the last proposal.
