@@ -154,6 +154,19 @@ class HybridTests(ImplTests):
         s = self.state([5, 7, 8, 1], [6, 7, 8, 2], match_slack=0)
         assert self.propose(s, [5, 7, 8], 1) == [1]
 
+    def test_matches_are_measured_up_to_64_tokens_back(self) -> None:
+        # The query is 60 tokens long. The older request matches all 60 of them, the newer only 40:
+        # measured at most 32 tokens back both matched "32" and the newer one's token won the
+        # vote by age; measured to 64 only the longest is followed.
+        prefix = list(range(1000, 1060))
+        s = self.state([*prefix, 7], [999, *prefix[-40:], 8])
+        assert self.propose(s, prefix, 1) == [7]
+        # Beyond 64 tokens two matches count as equally long again: 70 and 66 tokens both count 64,
+        # and the newer occurrence's token wins the vote by age.
+        prefix = list(range(1000, 1070))
+        s = self.state([*prefix, 7], [999, *prefix[-66:], 8])
+        assert self.propose(s, prefix, 1) == [8]
+
     def test_one_token_shorter_matches_vote(self) -> None:
         # the older occurrence matches 3 tokens (5, 7, 8), the newer 2: with MATCH_SLACK = 1 both
         # are followed, the shorter with a quarter of its age's weight: 1 is 10 tokens back

@@ -73,8 +73,9 @@ UNIGRAM_CANDIDATES: Final[i64] = 64
 DEEP_CANDIDATES: Final[i64] = 32
 """When the last bigram has at least ``max_candidates`` occurrences: how many older occurrences of
 the last trigram are compared too (a common bigram's newest occurrences rarely hold the longest match)."""
-MAX_MATCH: Final[i64] = 32
-"""Matches are measured up to this many tokens (longer ones count as this long)."""
+MAX_MATCH: Final[i64] = 64
+"""Matches are measured up to this many tokens (longer ones count as this long): why 64, in
+:data:`lookupdec.reference.history.MAX_MATCH`."""
 
 
 def candidates_cap(max_candidates: i64) -> i64:

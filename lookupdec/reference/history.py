@@ -33,8 +33,14 @@ UNIGRAM_CANDIDATES = 64
 DEEP_CANDIDATES = 32
 """When the last bigram has at least ``max_candidates`` occurrences: how many older occurrences of
 the last trigram are compared too."""
-MAX_MATCH = 32
-"""Matches are measured up to this many tokens (longer ones count as this long)."""
+MAX_MATCH = 64
+"""Matches are measured up to this many tokens (longer ones count as this long). 64, as deep as
+SuffixDecoding's tree (32 until 2026-12-06): where an edited file is copied, two occurrences can
+both agree 32 tokens back, and how much further back each agrees tells the span being copied. On the
+input-grounded pairs at the fixed threshold 0.33, k = 32 (``perf grounded --match-waste``):
+18.2073 tokens per step at 1.288 wasted, against 18.0145 at 1.312 with 32; the longer matches'
+choice of span alone (the copy floor, ``copy_floor``, given the match length capped at 32 as
+before) made 18.1521 at 1.247. The replays moved by at most 0.04 %."""
 
 
 class SuffixHistory:
