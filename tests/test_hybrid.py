@@ -605,7 +605,16 @@ class TestHybridReference(ReferenceImpl, HybridTests):
 
 
 class TestHybridFast(FastImpl, HybridTests):
-    pass
+    def test_no_estimates_are_kept_after_the_calibration(self) -> None:
+        # The fast path records the running estimates only for the calibration's steps: after
+        # them a proposal's step carries none (not the last list of those steps).
+        s, _ = self.copy_steps(1.0)
+        rng = random.Random(5)
+        old = [rng.randrange(1000) for _ in range(100)]  # copy_steps' earlier request begins so
+        s.begin_request()
+        proposal = self.propose(s, old[:80])
+        assert proposal == old[80:88]
+        assert list(s.last_step().probs) == []
 
 
 # --- differential: fast against the reference model ----------------------------------------

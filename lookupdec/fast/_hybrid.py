@@ -988,6 +988,10 @@ class HybridState:
                     self.calibration.append(probs[i])
                 if self.observed == CALIBRATE_AT:
                     self._calibrate()
+                    # No more estimates are recorded (see _suffix's ``calibrating``): drop the last
+                    # lists, which last_step() would otherwise hand out stale.
+                    self.last_probs = []
+                    self.walk_probs = []
         j: i64 = 0
         while j < m and j <= n_accepted:  # llama.cpp's tokens reached: the accepted ones and the first miss
             cell = llama_cell(self.last_llama_full, j, j < self.last_confirmed)
