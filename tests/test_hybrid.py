@@ -50,6 +50,15 @@ def demo(name: str, n: int) -> list[int]:
     return list(np.fromfile(DATA / name, dtype="<i4")[:n].tolist())
 
 
+def copy_texts() -> tuple[list[int], list[int]]:
+    """:meth:`HybridTests.copy_steps`' two requests: 6,000 random tokens, and a copy of them with
+    a tenth changed at random."""
+    rng = random.Random(5)
+    old = [rng.randrange(1000) for _ in range(6000)]
+    new = [t if rng.random() > 0.1 else rng.randrange(1000) for t in old]
+    return old, new
+
+
 class HybridTests(ImplTests):
     def state(self, *requests: list[int], **kw: Any) -> Any:
         """A fresh state whose history holds ``requests`` (each a finished request)."""
@@ -501,9 +510,7 @@ class HybridTests(ImplTests):
         (the proposals' own, from ``last_step``, checked against their drafts). Returns the state
         and its threshold before the last step."""
         mod = self.hybrid_module()
-        rng = random.Random(5)
-        old = [rng.randrange(1000) for _ in range(6000)]
-        new = [t if rng.random() > 0.1 else rng.randrange(1000) for t in old]
+        old, new = copy_texts()
         s = self.impl.HybridState(self.impl.SuffixHistory(), target_waste=target_waste)
         s.begin_request()
         self.propose(s, old, 0)
@@ -609,8 +616,7 @@ class TestHybridFast(FastImpl, HybridTests):
         # The fast path records the running estimates only for the calibration's steps: after
         # them a proposal's step carries none (not the last list of those steps).
         s, _ = self.copy_steps(1.0)
-        rng = random.Random(5)
-        old = [rng.randrange(1000) for _ in range(100)]  # copy_steps' earlier request begins so
+        old, _ = copy_texts()  # copy_steps' earlier request
         s.begin_request()
         proposal = self.propose(s, old[:80])
         assert proposal == old[80:88]
