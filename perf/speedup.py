@@ -13,6 +13,10 @@ with the KV cache, as an engine runs it. Drafters run side by side in one proces
   as long as pays off (the adapters' default, ``DraftLength``: up to k; one per variant and k,
   kept across its generations as an engine's adapter keeps it);
 - ``llama/fixed``, ``hybrid/fixed``: the same, always drafting up to k (``adaptive=False``);
+- ``suffix``, ``suffix4`` (``--engine transformers``): SuffixDecoding, Arctic Inference's own
+  ``SuffixDecodingCache`` (a fresh one per generation), at its defaults and with
+  ``max_spec_factor=4``, driven as ``perf.peers`` drives it; run where its extension is importable
+  (perf/README.md, "Peers"), else left out of the default list with a message;
 - ``lcp-pld`` (``--engine llama-cpp``): llama-cpp-python's own ``LlamaPromptLookupDecoding``;
 - with ``--baseline REV``, ``NAME@REV`` beside each adaptive lookupdec drafter: the same, its
   ``DraftLength`` as git revision REV has it (a change to the controller, in the real engine).
@@ -384,6 +388,51 @@ def hf_prompt_lookup(k: int, max_length: int) -> Callable[[Sequence[int], int], 
     return propose
 
 
+SUFFIX_DRAFTERS: Final = {"suffix": {}, "suffix4": {"max_spec_factor": 4.0}}
+"""The SuffixDecoding drafters of ``--engine transformers`` and their ``speculate`` options (perf.peers's)."""
+
+
+class SuffixProposer:
+    """SuffixDecoding in the generation loop: Arctic Inference's own ``SuffixDecodingCache``.
+
+    One generation of a prompt of ``n_prompt`` tokens, one request, driven as
+    :class:`perf.peers.SuffixDecoding` drives it: the prompt starts the request, every call first
+    adds the tokens committed since the previous one (the model's first token included) to the
+    request's response, then ``speculate`` drafts up to the budget from the last
+    ``max_tree_depth`` tokens (``speculate`` options: the cache's defaults unless given). A fresh
+    cache per generation: like every drafter here, it starts without another generation's
+    tokens. Raises :class:`perf.peers.PeerUnavailable` where the extension is not importable.
+    """
+
+    REQUEST: Final = 1
+
+    def __init__(self, n_prompt: int, **speculate: Any) -> None:
+        from perf.peers import import_suffix_cache
+
+        self._cache = import_suffix_cache()()
+        self._depth: int = self._cache.max_tree_depth
+        self._speculate = speculate
+        self._n_prompt = n_prompt
+        self._n = 0  # the tokens the cache has: none until the first call
+
+    def __call__(self, tokens: Sequence[int], budget: int) -> list[int]:
+        if self._n == 0:
+            self._cache.start_request(self.REQUEST, np.asarray(tokens[: self._n_prompt], dtype=np.int32))
+            self._n = self._n_prompt
+        if len(tokens) > self._n:
+            self._cache.add_active_response(self.REQUEST, list(tokens[self._n :]))
+        self._n = len(tokens)
+        context = np.asarray(tokens[-self._depth :], dtype=np.int32)
+        draft = self._cache.speculate(self.REQUEST, context, max_spec_tokens=budget, **self._speculate)
+        return list(draft.token_ids)
+
+    def end(self) -> None:
+        """End the request (its tokens stay in the cache's global tree, which this generation drops)."""
+        if self._n:
+            self._cache.stop_request(self.REQUEST)
+            self._n = 0
+
+
 def cost_curve(
     forward: Callable[[list[int]], Any], rollback: Callable[[int], None], context: Sequence[int], k_max: int, reps: int
 ) -> list[float]:
@@ -733,16 +782,36 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _drafter_names(args: argparse.Namespace, engine_pld: str) -> list[str]:
     names = ["none", engine_pld, "llama", "hybrid", "hybrid+static", "llama/fixed", "hybrid/fixed"]
+    if engine_pld == "hf-pld":  # transformers: SuffixDecoding too
+        names += list(SUFFIX_DRAFTERS)
     if args.drafters:
         wanted = args.drafters.split(",")
         bad = [n for n in wanted if n not in names]
         if bad:
             raise SystemExit(f"perf speedup: unknown drafter(s) {', '.join(bad)}: choose from {', '.join(names)}")
         names = [n for n in names if n in wanted]
+        if any(n in SUFFIX_DRAFTERS for n in names):
+            _suffix_available()  # asked for: a missing extension is an error (exit 2), before the model loads
+    elif any(n in SUFFIX_DRAFTERS for n in names):
+        try:
+            _suffix_available()
+        except ImportError as e:  # the default list: run the others
+            print(f"perf speedup: skipping {', '.join(SUFFIX_DRAFTERS)}: {e}", file=sys.stderr)
+            names = [n for n in names if n not in SUFFIX_DRAFTERS]
     if args.baseline:
         # each adaptive drafter beside its baseline, in the rotation of every window
         names = [v for n in names for v in ([n, f"{n}@{args.baseline}"] if n in ADAPTIVE else [n])]
     return names
+
+
+def _suffix_available() -> None:
+    """Raise ImportError (with how to build it) where SuffixDecoding's extension is not importable."""
+    from perf.peers import PeerUnavailable, import_suffix_cache
+
+    try:
+        import_suffix_cache()
+    except PeerUnavailable as e:
+        raise ImportError(str(e)) from e
 
 
 def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict[str, list[float]], dict[str, Any]]:
@@ -807,6 +876,8 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
                             propose: Any = no_draft
                         elif name == "hf-pld":
                             propose = hf_prompt_lookup(k, max_length)
+                        elif name in SUFFIX_DRAFTERS:
+                            propose = SuffixProposer(len(prompt), **SUFFIX_DRAFTERS[name])
                         else:
                             ctl = controller(controllers, name, k)
                             propose = lookupdec_proposer(name, static, k, eos, n_vocab, ctl)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import shutil
+import sys
+from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from perf.length_replay import REPO
@@ -170,3 +173,104 @@ def test_a_burst_loads_every_core_for_its_seconds(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         main(["--burst", "5"])
     assert "START,SECONDS" in capsys.readouterr().err
+
+
+class _FakeSuffixCache:
+    """Stands in for Arctic Inference's SuffixDecodingCache: logs the calls and drafts what followed
+    the previous occurrence of the context's last token in the request (prompt and response)."""
+
+    max_tree_depth = 6
+
+    def __init__(self) -> None:
+        self.log: list[tuple[Any, ...]] = []
+        self.seq: list[int] = []
+
+    def start_request(self, req: int, prompt: Any) -> None:
+        assert prompt.dtype == np.int32  # the extension takes int32 arrays
+        self.log.append(("start", req, prompt.tolist()))
+        self.seq = prompt.tolist()
+
+    def add_active_response(self, req: int, tokens: list[int]) -> None:
+        self.log.append(("add", req, list(tokens)))
+        self.seq += tokens
+
+    def speculate(self, req: int, context: Any, max_spec_tokens: int, **options: Any) -> Any:
+        self.log.append(("speculate", req, context.tolist(), max_spec_tokens, options))
+        last = context[-1]
+        at = max((i for i in range(len(self.seq) - 1) if self.seq[i] == last), default=None)
+        ids = [] if at is None else self.seq[at + 1 : at + 1 + max_spec_tokens]
+        return SimpleNamespace(token_ids=ids)
+
+    def stop_request(self, req: int) -> None:
+        self.log.append(("stop", req))
+
+
+class _FakeVerifier:
+    """decode's verifier without a model: it only counts the tokens it holds."""
+
+    def __init__(self) -> None:
+        self.length = 0
+
+    def forward(self, tokens: list[int], keep: int | None = None) -> Any:
+        self.length += len(tokens)
+        return np.zeros((len(tokens), 1))
+
+    def rollback(self, n: int) -> None:
+        self.length -= n
+
+
+def test_suffix_decoding_is_fed_the_generation_as_the_peer_replay_feeds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prompt starts the request; the committed tokens join its response before each
+    speculation; the context is the last max_tree_depth tokens; the budget is the draft limit."""
+    from lookupdec.adapters.transformers import decode
+    from perf.speedup import SuffixProposer
+
+    caches: list[_FakeSuffixCache] = []
+
+    def make() -> _FakeSuffixCache:
+        caches.append(_FakeSuffixCache())
+        return caches[-1]
+
+    monkeypatch.setitem(sys.modules, "arctic_inference.suffix_decoding", SimpleNamespace(SuffixDecodingCache=make))
+    prompt = [5, 1, 2, 3, 4, 9, 1, 2]
+    truth = [3, 4, 7, 1, 2, 3, 8, 8, 1, 2, 3, 4]
+    propose = SuffixProposer(len(prompt), max_spec_factor=4.0)
+
+    def choose(logits: Any, tokens: Any, start: int) -> list[int]:
+        return truth[start - len(prompt) : start - len(prompt) + logits.shape[0]]
+
+    verifier: Any = _FakeVerifier()  # duck-typed: decode only calls forward, rollback and length
+    out = decode(verifier, prompt, propose, k=3, max_new_tokens=len(truth), choose=choose)
+    propose.end()
+    assert out == truth
+    log = caches[0].log
+    assert log[0] == ("start", 1, prompt) and log[-1] == ("stop", 1)
+    added = [t for e in log if e[0] == "add" for t in e[2]]
+    speculations = [e for e in log if e[0] == "speculate"]
+    assert len(speculations) >= 3  # drafts were accepted: fewer steps than tokens
+    assert all(e[4] == {"max_spec_factor": 4.0} and 1 <= e[3] <= 3 for e in speculations)
+    seen = list(prompt)
+    for e in log[1:-1]:
+        if e[0] == "add":
+            seen += e[2]
+        else:  # the context ends at the last committed token, max_tree_depth long
+            assert e[2] == seen[-_FakeSuffixCache.max_tree_depth :]
+    assert added == truth[: len(added)] and len(added) >= len(truth) - 3
+
+
+def test_suffix_decoding_left_out_by_default_and_refused_when_asked_where_missing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from perf.speedup import _drafter_names
+
+    monkeypatch.setitem(sys.modules, "arctic_inference.suffix_decoding", None)  # import fails
+    names = _drafter_names(argparse.Namespace(drafters=None, baseline=None), "hf-pld")
+    assert "hf-pld" in names and "hybrid" in names and not {"suffix", "suffix4"} & set(names)
+    assert "skipping suffix, suffix4" in capsys.readouterr().err
+    with pytest.raises(ImportError, match=r"perf/README\.md"):
+        _drafter_names(argparse.Namespace(drafters="none,suffix", baseline=None), "hf-pld")
+    # llama-cpp-python's engine has no SuffixDecoding drafter
+    with pytest.raises(SystemExit, match="unknown drafter"):
+        _drafter_names(argparse.Namespace(drafters="suffix", baseline=None), "lcp-pld")
