@@ -123,6 +123,18 @@ class HybridTests(ImplTests):
         s.begin_request()
         assert self.propose(s, [9, 1, 2], 8, static) == [3, 4, 5, 6]
 
+    def test_a_long_copy_replaces_llama_by_its_copy_floor(self) -> None:
+        # As above, but the suffix-only draft's match is 22 tokens long: its first token's estimate
+        # is the copy floor, 23/24, not the fresh cell's 1/2, so it replaces llama.cpp's draft at
+        # once, as the walk itself would estimate it (compared by the cell's rate alone, a tie).
+        span = list(range(10, 30))
+        s = self.state([*span, 1, 2, 3, 4, 5, 6])
+        static = self.impl.build_static([1, 2, 7, 1, 2, 7])  # llama.cpp drafts 7 after (1, 2)
+        assert self.propose(s, [9, *span, 1, 2], 8, static) == [3, 4, 5, 6]
+        # a short match (the test above): no floor, and llama.cpp's fresh estimate is not lower
+        s = self.state([*span, 1, 2, 3, 4, 5, 6])
+        assert self.propose(s, [9, 1, 2], 8, static) == [7]
+
     def test_confirmed_llama_draft_is_extended(self) -> None:
         s = self.state([1, 2, 3, 4, 5, 6])
         static = self.impl.build_static([1, 2, 3, 1, 2, 3])  # llama.cpp drafts 3 after (1, 2)

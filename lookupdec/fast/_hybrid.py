@@ -383,6 +383,7 @@ class HybridState:
     observed: i64
     last_probs: list[float]
     walk_probs: list[float]
+    walk_factor: float
     calibration: list[float]
 
     def __init__(
@@ -440,6 +441,9 @@ class HybridState:
         self.observed = 0 if self.target_waste10 > 0 else CALIBRATE_AT  # a fixed threshold: none
         self.last_probs = []
         self.walk_probs = []
+        # the last walk's estimate of its last drafted token, copy floor included (the replacement
+        # in _suffix: the suffix-only draft's walk stops at its first disagreement with llama.cpp's)
+        self.walk_factor = 0.0
         self.calibration = []
 
     def request_history(self) -> SuffixHistory:
@@ -635,11 +639,13 @@ class HybridState:
             cur = source_class(cur_start, act[best_f])
             sclass = selected_class(st, has_part, best_t, win_c)
             cell = stat_cell(best_c, n_act, best + k, sclass, kind, cur, share)
-            prob = prob * max(self._estimate(cell), copy_floor(best + k, share))
+            factor = max(self._estimate(cell), copy_floor(best + k, share))
+            prob = prob * factor
             if prob < self.threshold:
                 break
             drafted = append(drafted, best_t)
             cells = append(cells, cell)
+            self.walk_factor = factor
             if self.observed < CALIBRATE_AT:
                 self.walk_probs.append(prob)
             b2 = b1
@@ -878,7 +884,7 @@ class HybridState:
         When llama.cpp drafted, the suffix-only draft (from the request alone, kind 1) is made
         first: it confirms llama.cpp's first tokens where it agrees, and replaces the whole draft
         where they first disagree if its token there has a higher estimate than llama.cpp's
-        (the tokens before are the same in both). Otherwise llama.cpp's tokens are kept while
+        (its copy floor included; the tokens before are the same in both). Otherwise llama.cpp's tokens are kept while
         the running estimate stays at or above the threshold, and suffix-match tokens (kind 0)
         follow under the same running estimate. ``before`` is what precedes the draft in the
         query: empty for the history's current request (its tokens end the stream), else a
@@ -906,7 +912,8 @@ class HybridState:
             if (
                 agree < n_alt
                 and agree < m_full
-                and self._estimate(alt_cells[agree]) > self._l_estimate(llama_cell(m_full, agree, False))
+                # the disagreeing token is the walk's last (see walk_factor); the reference says why
+                and self.walk_factor > self._l_estimate(llama_cell(m_full, agree, False))
             ):
                 alt = vec[i32](capacity=base + n_draft)
                 for j in range(base):
