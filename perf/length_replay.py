@@ -38,7 +38,7 @@ import random
 import subprocess
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -99,16 +99,25 @@ def window_order(workloads: Sequence[Any], rounds: int, seed: int) -> list[tuple
     return out
 
 
+Controller = Callable[[int], Any]
+"""Makes a drafter variant's controller from ``k``: a ``DraftLength`` class, or :func:`fixed_length`."""
+
+
+def fixed_length(k: int) -> None:
+    """No controller: the variant always drafts up to ``k`` (``--fixed``, ``NAME/fixed``)."""
+    return None
+
+
 def replay(
     curve_ms: Sequence[float],
     k: int,
     workloads: Sequence[Any],
-    variants: dict[str, tuple[str, type]],
+    variants: dict[str, tuple[str, Controller]],
     rounds: int = 2,
     seed: int = 0,
     burst: tuple[int, int] = (0, 1),
 ) -> dict[tuple[str, str], Totals]:
-    """Replay every variant (name -> (policy, DraftLength class)) over the windows; totals per (name, text).
+    """Replay every variant (name -> (policy, :data:`Controller`)) over the windows; totals per (name, text).
 
     ``seed``: the windows' order (:func:`window_order`). ``burst`` = (n, factor): the first n
     windows run ``factor`` times slower, as under another job's load on a shared machine (plain
@@ -178,6 +187,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     p.add_argument("--baseline", metavar="REV", help="also replay DraftLength as git revision REV has it")
     p.add_argument(
+        "--fixed", action="store_true",
+        help="also replay each drafter always drafting up to k (NAME/fixed): what the length choice costs "
+        "or saves on this curve",
+    )  # fmt: skip
+    p.add_argument(
         "--orders", type=int, default=1,
         help="replay N orders of the windows: perf speedup's, then N - 1 seeded shuffles (texts mixed); "
         "report means over them (default: 1)",
@@ -213,12 +227,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from lookupdec.adapters import DraftLength
     from perf.speedup import teacher_forced_workloads
 
-    variants: dict[str, tuple[str, type]] = {}
+    variants: dict[str, tuple[str, Controller]] = {}
     old = draft_length_at(args.baseline) if args.baseline else None
     for d in drafters:
         variants[d] = (d, DraftLength)
         if old is not None:
             variants[f"{d}@{args.baseline}"] = (d, old)
+        if args.fixed:
+            variants[f"{d}/fixed"] = (d, fixed_length)
     try:
         workloads = teacher_forced_workloads(
             args.prompts, args.context, args.new_tokens, args.texts.split(","), args.grounded_work

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lookupdec.adapters import DraftLength
-from perf.length_replay import REPO, draft_length_at, main, replay, window_order
+from perf.length_replay import REPO, Controller, draft_length_at, fixed_length, main, replay, window_order
 from perf.speedup import Workload
 
 
@@ -49,7 +49,7 @@ def test_the_clock_is_exact_so_replays_repeat() -> None:
 
 def test_a_burst_slows_the_clock_of_its_windows_only() -> None:
     curve = [89.2, 119.8, 167.9, 205.7, 264.8]
-    variants: dict[str, tuple[str, type]] = {"llama": ("llama", DraftLength)}
+    variants: dict[str, tuple[str, Controller]] = {"llama": ("llama", DraftLength)}
     calm = replay(curve, 4, [copy_workload()], variants)
     # every window 3x slower: every cost 3x, so the same decisions, 3x the time, the same speedup
     slow = replay(curve, 4, [copy_workload()], variants, burst=(100, 3))
@@ -86,6 +86,19 @@ def test_code_windows_come_from_the_pinned_releases(monkeypatch: pytest.MonkeyPa
         assert prompt == released[start : start + 100] and truth == released[start + 100 : start + 120]
 
 
+def test_a_fixed_variant_always_drafts_k() -> None:
+    # Verification dear (T(n) = n * T(1)): the controller holds back; the fixed variant does not.
+    variants: dict[str, tuple[str, Controller]] = {
+        "hybrid": ("hybrid", DraftLength),
+        "hybrid/fixed": ("hybrid", fixed_length),
+    }
+    out = replay([100.0, 200.0, 300.0, 400.0, 500.0], 4, [copy_workload()], variants)
+    fixed, adaptive = out[("hybrid/fixed", "copy")], out[("hybrid", "copy")]
+    # 48 tokens per window, every draft of 4 right: 9 steps of 5 and one of 3; 4 windows, 2 rounds
+    assert (fixed.tokens, fixed.steps) == (384, 80)
+    assert adaptive.steps > fixed.steps
+
+
 def test_main_prints_every_drafter(capsys: pytest.CaptureFixture[str]) -> None:
     # the edit pairs shipped with the tests (the wheel check runs this away from ../shared)
     argv = ["--curve", "90,120,168,206,265", "--texts", "edits", "--prompts", "2", "--new-tokens", "16"]
@@ -95,6 +108,9 @@ def test_main_prints_every_drafter(capsys: pytest.CaptureFixture[str]) -> None:
     lines = out.splitlines()
     assert "k = 4" in lines[0] and "2 order(s)" in lines[0] and "edits" in lines[1]
     assert [line.split()[0] for line in lines[2:]] == ["llama", "hybrid"]
+    assert main([*argv, "--fixed"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[2:]] == ["llama", "llama/fixed", "hybrid", "hybrid/fixed"]
 
 
 @pytest.mark.parametrize(
