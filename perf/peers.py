@@ -334,13 +334,15 @@ class SuffixDecoding:
         self._len = n
         self._cache.start_request(self._req, self._buf[:n].copy())
 
-    def propose(self, out: list[int]) -> list[int]:
+    def propose(self, out: list[int], n_draft: int | None = None) -> list[int]:
+        """The draft after ``out`` (the request so far), up to ``n_draft`` tokens (default: the ``k`` given)."""
         if len(out) != self._len:
             raise AssertionError(f"suffix: the request has {len(out)} tokens, the buffer {self._len}")
         # The cache itself keeps only the last max_tree_depth tokens of the context; cutting here
         # first only saves passing the whole request.
         context = self._buf[max(0, self._len - self._depth) : self._len]
-        draft = self._cache.speculate(self._req, context, max_spec_tokens=self._k, **self._speculate)
+        k = self._k if n_draft is None else n_draft
+        draft = self._cache.speculate(self._req, context, max_spec_tokens=k, **self._speculate)
         result: list[int] = list(draft.token_ids)
         return result
 

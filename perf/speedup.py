@@ -405,43 +405,36 @@ SUFFIX_DRAFTERS: Final = {"suffix": {}, "suffix4": {"max_spec_factor": 4.0}}
 
 
 class SuffixProposer:
-    """SuffixDecoding in the generation loop: Arctic Inference's own ``SuffixDecodingCache``.
+    """SuffixDecoding in the generation loop: :class:`perf.peers.SuffixDecoding` (Arctic Inference's
+    own ``SuffixDecodingCache``, fed as the peers' replays feed it) as a ``propose(tokens, budget)``.
 
-    One generation of a prompt of ``n_prompt`` tokens, one request, driven as
-    :class:`perf.peers.SuffixDecoding` drives it: the prompt starts the request, every call first
-    adds the tokens committed since the previous one (the model's first token included) to the
-    request's response, then ``speculate`` drafts up to the budget from the last
-    ``max_tree_depth`` tokens (``speculate`` options: the cache's defaults unless given). A fresh
-    cache per generation: like every drafter here, it starts without another generation's
-    tokens. Raises :class:`perf.peers.PeerUnavailable` where the extension is not importable.
+    One generation of a prompt of ``n_prompt`` tokens is one request: the prompt starts it, every
+    call first adds the tokens committed since the previous one (the model's first token
+    included), then drafts up to the budget. A fresh cache per generation: like every drafter
+    here, it starts without another generation's tokens. ``max_length``: the generation's longest
+    sequence. Raises :class:`perf.peers.PeerUnavailable` where the extension is not importable.
     """
 
-    REQUEST: Final = 1
+    def __init__(self, n_prompt: int, max_length: int, k: int, **speculate: Any) -> None:
+        from perf.peers import SuffixDecoding
 
-    def __init__(self, n_prompt: int, **speculate: Any) -> None:
-        from perf.peers import import_suffix_cache
-
-        self._cache = import_suffix_cache()()
-        self._depth: int = self._cache.max_tree_depth
-        self._speculate = speculate
+        self._peer = SuffixDecoding(k, max_length, **speculate)
         self._n_prompt = n_prompt
-        self._n = 0  # the tokens the cache has: none until the first call
+        self._n = 0  # the tokens the peer has: none until the first call
 
     def __call__(self, tokens: Sequence[int], budget: int) -> list[int]:
         if self._n == 0:
-            self._cache.start_request(self.REQUEST, np.asarray(tokens[: self._n_prompt], dtype=np.int32))
+            self._peer.begin(list(tokens[: self._n_prompt]))
             self._n = self._n_prompt
         if len(tokens) > self._n:
-            self._cache.add_active_response(self.REQUEST, list(tokens[self._n :]))
+            self._peer.observe(list(tokens[self._n :]))
         self._n = len(tokens)
-        context = np.asarray(tokens[-self._depth :], dtype=np.int32)
-        draft = self._cache.speculate(self.REQUEST, context, max_spec_tokens=budget, **self._speculate)
-        return list(draft.token_ids)
+        return self._peer.propose(list(tokens), budget)
 
     def end(self) -> None:
         """End the request (its tokens stay in the cache's global tree, which this generation drops)."""
         if self._n:
-            self._cache.stop_request(self.REQUEST)
+            self._peer.end()
             self._n = 0
 
 
@@ -890,7 +883,7 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
                         elif name == "hf-pld":
                             propose = hf_prompt_lookup(k, max_length)
                         elif name in SUFFIX_DRAFTERS:
-                            propose = SuffixProposer(len(prompt), **SUFFIX_DRAFTERS[name])
+                            propose = SuffixProposer(len(prompt), max_length, k, **SUFFIX_DRAFTERS[name])
                         else:
                             ctl = controller(controllers, name, k)
                             propose = lookupdec_proposer(name, static, k, eos, n_vocab, ctl)

@@ -237,7 +237,7 @@ def test_suffix_decoding_is_fed_the_generation_as_the_peer_replay_feeds_it(monke
     monkeypatch.setitem(sys.modules, "arctic_inference.suffix_decoding", SimpleNamespace(SuffixDecodingCache=make))
     prompt = [5, 1, 2, 3, 4, 9, 1, 2]
     truth = [3, 4, 7, 1, 2, 3, 8, 8, 1, 2, 3, 4]
-    propose = SuffixProposer(len(prompt), max_spec_factor=4.0)
+    propose = SuffixProposer(len(prompt), len(prompt) + len(truth), 3, max_spec_factor=4.0)
 
     def choose(logits: Any, tokens: Any, start: int) -> list[int]:
         return truth[start - len(prompt) : start - len(prompt) + logits.shape[0]]
