@@ -105,19 +105,20 @@ def test_a_step_under_half_the_average_restarts_it() -> None:
 
 
 def test_a_burst_of_load_does_not_keep_drafts_short() -> None:
-    # A copy drafted while another job loads the machine (every step 5x slower); the load ends
-    # while the text's drafts are rejected, so only some lengths are measured again; then a copy.
-    # The costs measured under the load look dear, and lengths that look dear are not drafted:
-    # with costs that never go stale nor restart, the controller never drafts k again (it stays at 3).
+    # A text whose drafts hold two right tokens, drafted while another job loads the machine
+    # (every step 5x slower); the load ends while the next text's drafts are rejected, so only
+    # some lengths are measured again; then a copy. The costs measured under the load look dear,
+    # and lengths that look dear are not drafted: with costs that never go stale nor restart, the
+    # controller never drafts k again.
     k = 4
 
-    def run(ctl: DraftLength, steps: int, accept: bool, slow: float) -> list[int]:
+    def run(ctl: DraftLength, steps: int, right: int, slow: float) -> list[int]:
         lengths = []
         for _ in range(steps):
             d = ctl.choose()
             lengths.append(d)
             ctl.observe_step(d + 1, (1.0 + 0.1 * d) * slow)
-            ctl.observe_accept(d, d if accept else 0)
+            ctl.observe_accept(d, min(d, right))
         return lengths
 
     class NeverForgets(DraftLength):
@@ -129,9 +130,9 @@ def test_a_burst_of_load_does_not_keep_drafts_short() -> None:
 
     for cls, drafts_whole in ((DraftLength, True), (NeverForgets, False)):
         ctl = cls(k)
-        assert k in run(ctl, 50, True, 5.0)
-        run(ctl, 100, False, 1.0)
-        tail = run(ctl, 400, True, 1.0)[-100:]
+        assert k in run(ctl, 50, 2, 5.0)
+        run(ctl, 100, 0, 1.0)
+        tail = run(ctl, 400, k, 1.0)[-100:]
         assert (tail == [k] * 100) is drafts_whole, tail
 
 
@@ -163,6 +164,28 @@ def test_acceptance_after_a_whole_draft_is_learned_apart() -> None:
     assert ctl.acceptance()[0] == 1.0  # after a whole draft
     ctl.start()  # a new generation: its first draft follows no accepted one
     assert ctl.acceptance()[0] < 0.1
+
+
+def test_a_position_is_learned_given_the_tokens_before_it() -> None:
+    # Copied text: a draft either follows the copy (accepted whole) or fails at its first token,
+    # half the time each. So the 1st token is accepted half the time and every later one always
+    # (when the ones before it were): E(8) = 1 + 8 / 2 = 5 tokens per step. A miss at the first
+    # token says nothing of the positions after it, which were never reached.
+    k = 8
+    ctl = DraftLength(k)
+
+    def cost(n: int) -> float:
+        return 1.0 + 0.1 * (n - 1)
+
+    for n in range(1, k + 2):
+        ctl.observe_step(n, cost(n))
+    for r in range(200):
+        ctl.start()  # each draft the first of its generation: one table learns both kinds
+        ctl.observe_accept(k, k if r % 2 else 0)
+    ctl.start()
+    assert ctl.acceptance() == pytest.approx([0.5] + [1.0] * (k - 1), abs=0.03)
+    # the whole draft pays most: 5 tokens for 1.8 steps' time; 2 tokens would be 1.75 for 1.2
+    assert ctl.choose() == k
 
 
 def test_streaks_of_whole_drafts_are_learned_apart() -> None:

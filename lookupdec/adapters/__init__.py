@@ -56,6 +56,10 @@ class DraftLength:
     is the full ``k`` whenever drafts are accepted at all; on a CPU, where verifying 5 tokens can
     cost 3 single steps, it drafts only what is likely to be accepted, and nothing when nothing is.
 
+    The ``i``-th position is counted only in drafts whose tokens before it were accepted (a token
+    after a rejected one was never reached), so one early miss does not count against every
+    later position.
+
     Acceptance is learned in :data:`STREAKS` tables, by how many of the generation's last
     drafts were accepted whole in a row: none (after a miss, no draft, or at a generation's
     start), one, or two and more (the text is being copied: the next draft likely is too).
@@ -165,7 +169,13 @@ class DraftLength:
             self._probe_patience[s] = 1  # the probe was accepted: probe again at once, until the table follows
         tried = self._tried[source][s]
         ok = self._accepted[source][s]
-        for i in range(1, min(drafted, self.k) + 1):
+        # A position counts only where the tokens before it were accepted: its acceptance is
+        # conditional, as _best() multiplies it. Counting the positions past the first rejected
+        # token as tried too (until 2026-12-06) counted that one miss again at every later
+        # position, so one early miss made every long draft look unlikely: on copied text, where
+        # a draft either follows the copy or fails early, long drafts were cut (docs/speedup.md,
+        # "Acceptance given the tokens before").
+        for i in range(1, min(drafted, accepted + 1, self.k) + 1):
             tried[i] = tried[i] * d + 1.0
             ok[i] = ok[i] * d + (1.0 if i <= accepted else 0.0)
         recent = self._recent[source][s]
