@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import importlib
 import json
 import os
 import shutil
@@ -31,6 +32,22 @@ DEMO_DATA = Path(lookupdec.__file__).resolve().parent / "data"
 def require_compiled() -> bool:
     """True when the run must prove the compiled fast path (CI sets this)."""
     return os.environ.get("LOOKUPDEC_REQUIRE_MYPYC") == "1"
+
+
+def torch_with_transformers() -> Any:
+    """The torch module, with transformers importable too; the test is skipped where either is missing.
+
+    Where ``.ci/run`` installs them (``LOOKUPDEC_REQUIRE_TRANSFORMERS=1``), a missing or broken
+    import is a failure, not a skip. Typed Any, as importorskip gives: the tests pass plain
+    tensors where the stubs want LongTensor.
+    """
+    if os.environ.get("LOOKUPDEC_REQUIRE_TRANSFORMERS") == "1":
+        module: Any = importlib.import_module("torch")
+        importlib.import_module("transformers")
+        return module
+    module = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install 'lookupdec[transformers]')")
+    return module
 
 
 @cache

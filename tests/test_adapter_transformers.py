@@ -7,12 +7,12 @@ Needs torch and transformers (``pip install torch==2.13.0 'lookupdec[transformer
 from __future__ import annotations
 
 import importlib
-import os
 from typing import Any
 
 import pytest
 
 import lookupdec
+from tests.conftest import torch_with_transformers
 
 # Importing torch and transformers takes about 7 s: the fixtures below pay it in a worker that
 # runs these tests, not at collection, which every pytest-xdist worker does.
@@ -21,15 +21,7 @@ import lookupdec
 @pytest.fixture(scope="module")
 def torch() -> Any:
     """The torch module, imported on first use (the engine is heavy to import)."""
-    if os.environ.get("LOOKUPDEC_REQUIRE_TRANSFORMERS") == "1":
-        # .ci/run installs the engine: there a missing or broken import is a failure, not a skip.
-        # (Any, as importorskip gives below: the tests pass plain tensors where stubs want LongTensor.)
-        module: Any = importlib.import_module("torch")
-        importlib.import_module("transformers")
-        return module
-    module = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
-    pytest.importorskip("transformers", reason="transformers is not installed (pip install 'lookupdec[transformers]')")
-    return module
+    return torch_with_transformers()
 
 
 @pytest.fixture(scope="module")

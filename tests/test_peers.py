@@ -17,6 +17,7 @@ from lookupdec.reference.replay import replay
 from perf import peers
 from perf._common import REPLAY_FILE, STATIC_FILE
 from perf.peers import VllmNgram, replay_peer
+from tests.conftest import torch_with_transformers
 
 
 class Oracle:
@@ -195,8 +196,7 @@ def test_vllm_max_model_len_caps_the_draft() -> None:
 @pytest.mark.slow  # imports torch and transformers (~10 s); checked on WikiText too (docs/performance.md)
 def test_hf_prompt_lookup_is_the_n2_rule() -> None:
     """transformers' own generator drafts what the n <= 2 rule (earliest occurrence) drafts."""
-    pytest.importorskip("torch", reason="torch is not installed")
-    pytest.importorskip("transformers", reason="transformers is not installed")
+    torch_with_transformers()
     from perf.peers import HFPromptLookup
 
     rng = random.Random(3)

@@ -12,6 +12,7 @@ import pytest
 
 from perf.length_replay import REPO
 from perf.speedup import Run, summarize
+from tests.conftest import torch_with_transformers
 
 
 def test_rows_from_runs() -> None:
@@ -222,9 +223,7 @@ class _FakeVerifier:
 def test_suffix_decoding_is_fed_the_generation_as_the_peer_replay_feeds_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """The prompt starts the request; the committed tokens join its response before each
     speculation; the context is the last max_tree_depth tokens; the budget is the draft limit."""
-    # decode's module wants torch and transformers (the wheel check's venv has neither)
-    pytest.importorskip("torch", reason="torch is not installed")
-    pytest.importorskip("transformers", reason="transformers is not installed")
+    torch_with_transformers()  # decode's module wants both (the wheel check's venv has neither)
     from lookupdec.adapters.transformers import decode
     from perf.speedup import SuffixProposer
 
