@@ -13,10 +13,10 @@ with the KV cache, as an engine runs it. Drafters run side by side in one proces
   as long as pays off (the adapters' default, ``DraftLength``: up to k; one per variant and k,
   kept across its generations as an engine's adapter keeps it);
 - ``llama/fixed``, ``hybrid/fixed``: the same, always drafting up to k (``adaptive=False``);
-- ``suffix``, ``suffix4`` (``--engine transformers``): SuffixDecoding, Arctic Inference's own
-  ``SuffixDecodingCache`` (a fresh one per generation), at its defaults and with
-  ``max_spec_factor=4``, driven as ``perf.peers`` drives it; run where its extension is importable
-  (perf/README.md, "Peers"), else left out of the default list with a message;
+- ``suffix``, ``suffix4``: SuffixDecoding, Arctic Inference's own ``SuffixDecodingCache`` (a
+  fresh one per generation), at its defaults and with ``max_spec_factor=4``, driven as
+  ``perf.peers`` drives it (in llama-cpp-python, as a draft model); run where its extension is
+  importable (perf/README.md, "Peers"), else left out of the default list with a message;
 - ``lcp-pld`` (``--engine llama-cpp``): llama-cpp-python's own ``LlamaPromptLookupDecoding``;
 - with ``--baseline REV``, ``NAME@REV`` beside each adaptive lookupdec drafter: the same, its
   ``DraftLength`` as git revision REV has it (a change to the controller, in the real engine).
@@ -401,7 +401,7 @@ def hf_prompt_lookup(k: int, max_length: int) -> Callable[[Sequence[int], int], 
 
 
 SUFFIX_DRAFTERS: Final = {"suffix": {}, "suffix4": {"max_spec_factor": 4.0}}
-"""The SuffixDecoding drafters of ``--engine transformers`` and their ``speculate`` options (perf.peers's)."""
+"""The SuffixDecoding drafters and their ``speculate`` options (perf.peers's)."""
 
 
 class SuffixProposer:
@@ -542,6 +542,25 @@ def lookupdec_proposer(name: str, static: Any, k: int, eos: frozenset[int], n_vo
 
 
 # --- llama-cpp-python ------------------------------------------------------------------------
+
+
+class SuffixDraftModel:
+    """SuffixDecoding as a llama-cpp-python draft model: a :class:`SuffixProposer` called as
+    ``LlamaDraftModel`` is, with the committed history (the prompt, then every token sampled so
+    far), and always asked for ``k`` tokens, as ``LlamaPromptLookupDecoding`` is."""
+
+    def __init__(self, n_prompt: int, max_length: int, k: int, **speculate: Any) -> None:
+        self._propose = SuffixProposer(n_prompt, max_length, k, **speculate)
+        self.k = k
+
+    def __call__(self, input_ids: Any, /, **kwargs: Any) -> Any:
+        import numpy as np
+
+        return np.array(self._propose(np.asarray(input_ids).tolist(), self.k), dtype=np.intc)
+
+    def end(self, history: Sequence[int] | None = None) -> None:
+        """End the generation (``history``, which llama_cpp_run passes to every draft model, is not needed)."""
+        self._propose.end()
 
 
 def llama_cpp_curve(llm: Any, context: Sequence[int], k_max: int, reps: int) -> list[float]:
@@ -788,8 +807,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _drafter_names(args: argparse.Namespace, engine_pld: str) -> list[str]:
     names = ["none", engine_pld, "llama", "hybrid", "hybrid+static", "llama/fixed", "hybrid/fixed"]
-    if engine_pld == "hf-pld":  # transformers: SuffixDecoding too
-        names += list(SUFFIX_DRAFTERS)
+    names += list(SUFFIX_DRAFTERS)
     if args.drafters:
         wanted = args.drafters.split(",")
         bad = [n for n in wanted if n not in names]
@@ -949,6 +967,9 @@ def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict
                         dm = None
                     elif name == "lcp-pld":
                         dm = LlamaPromptLookupDecoding(num_pred_tokens=k)
+                    elif name in SUFFIX_DRAFTERS:
+                        max_length = len(prompt) + args.new_tokens
+                        dm = SuffixDraftModel(len(prompt), max_length, k, **SUFFIX_DRAFTERS[name])
                     else:
                         policy = "llama" if name.startswith("llama") else "hybrid"
                         drafter = lookupdec.Drafter(

@@ -206,6 +206,19 @@ class _FakeSuffixCache:
         self.log.append(("stop", req))
 
 
+@pytest.fixture
+def fake_suffix(monkeypatch: pytest.MonkeyPatch) -> list[_FakeSuffixCache]:
+    """SuffixDecoding's extension replaced by :class:`_FakeSuffixCache`: the caches made, in order."""
+    caches: list[_FakeSuffixCache] = []
+
+    def make() -> _FakeSuffixCache:
+        caches.append(_FakeSuffixCache())
+        return caches[-1]
+
+    monkeypatch.setitem(sys.modules, "arctic_inference.suffix_decoding", SimpleNamespace(SuffixDecodingCache=make))
+    return caches
+
+
 class _FakeVerifier:
     """decode's verifier without a model: it only counts the tokens it holds."""
 
@@ -220,20 +233,13 @@ class _FakeVerifier:
         self.length -= n
 
 
-def test_suffix_decoding_is_fed_the_generation_as_the_peer_replay_feeds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_suffix_decoding_is_fed_the_generation_as_the_peer_replay_feeds_it(fake_suffix: list[_FakeSuffixCache]) -> None:
     """The prompt starts the request; the committed tokens join its response before each
     speculation; the context is the last max_tree_depth tokens; the budget is the draft limit."""
     torch_with_transformers()  # decode's module wants both (the wheel check's venv has neither)
     from lookupdec.adapters.transformers import decode
     from perf.speedup import SuffixProposer
 
-    caches: list[_FakeSuffixCache] = []
-
-    def make() -> _FakeSuffixCache:
-        caches.append(_FakeSuffixCache())
-        return caches[-1]
-
-    monkeypatch.setitem(sys.modules, "arctic_inference.suffix_decoding", SimpleNamespace(SuffixDecodingCache=make))
     prompt = [5, 1, 2, 3, 4, 9, 1, 2]
     truth = [3, 4, 7, 1, 2, 3, 8, 8, 1, 2, 3, 4]
     propose = SuffixProposer(len(prompt), len(prompt) + len(truth), 3, max_spec_factor=4.0)
@@ -245,7 +251,7 @@ def test_suffix_decoding_is_fed_the_generation_as_the_peer_replay_feeds_it(monke
     out = decode(verifier, prompt, propose, k=3, max_new_tokens=len(truth), choose=choose)
     propose.end()
     assert out == truth
-    log = caches[0].log
+    log = fake_suffix[0].log
     assert log[0] == ("start", 1, prompt) and log[-1] == ("stop", 1)
     added = [t for e in log if e[0] == "add" for t in e[2]]
     speculations = [e for e in log if e[0] == "speculate"]
@@ -273,6 +279,29 @@ def test_suffix_decoding_left_out_by_default_and_refused_when_asked_where_missin
     assert "skipping suffix, suffix4" in capsys.readouterr().err
     with pytest.raises(ImportError, match=r"perf/README\.md"):
         _drafter_names(argparse.Namespace(drafters="none,suffix", baseline=None), "hf-pld")
-    # llama-cpp-python's engine has no SuffixDecoding drafter
+    # llama-cpp-python's engine runs it too (as a draft model), and refuses it the same way
+    names = _drafter_names(argparse.Namespace(drafters=None, baseline=None), "lcp-pld")
+    assert "lcp-pld" in names and not {"suffix", "suffix4"} & set(names)
+    with pytest.raises(ImportError, match=r"perf/README\.md"):
+        _drafter_names(argparse.Namespace(drafters="suffix4", baseline=None), "lcp-pld")
     with pytest.raises(SystemExit, match="unknown drafter"):
-        _drafter_names(argparse.Namespace(drafters="suffix", baseline=None), "lcp-pld")
+        _drafter_names(argparse.Namespace(drafters="suffix8", baseline=None), "lcp-pld")
+
+
+def test_suffix_decoding_as_a_llama_cpp_draft_model(fake_suffix: list[_FakeSuffixCache]) -> None:
+    """llama-cpp-python calls a draft model with the committed history as a numpy array (the
+    prompt and the first sampled token at the first call); the prompt starts the request, the
+    tokens after it join the response, every call asks for k, the draft comes back as intc."""
+    from perf.speedup import SuffixDraftModel
+
+    prompt = [5, 1, 2, 3, 4, 9, 1, 2]
+    dm = SuffixDraftModel(len(prompt), len(prompt) + 8, 3)
+    first = dm(np.array([*prompt, 3], dtype=np.intc))
+    assert first.dtype == np.intc and first.tolist() == [4, 9, 1]  # what followed the 3 in the prompt
+    second = dm(np.array([*prompt, 3, 4, 9, 7], dtype=np.intc))  # 4, 9 accepted, 7 the model's own
+    assert second.tolist() == []  # 7 never occurred before
+    dm.end([*prompt, 3, 4, 9, 7])
+    log = fake_suffix[0].log
+    assert log[0] == ("start", 1, prompt) and log[-1] == ("stop", 1)
+    assert [e[2] for e in log if e[0] == "add"] == [[3], [4, 9, 7]]
+    assert [e[3] for e in log if e[0] == "speculate"] == [3, 3]
