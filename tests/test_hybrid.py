@@ -96,7 +96,7 @@ class HybridTests(ImplTests):
         assert static_class(self.impl.build_static([1, 2, 3, 1, 2, 3, 1, 2, 4]), 1, 2, 3) == 5  # 2 of 3 >= 50 %
 
     def test_statistics_are_per_static_class(self) -> None:
-        s = self.state([1, 2, 3, 4, 5, 6])
+        s = self.state([1, 2, 3, 4, 5, 6], token_factors=False)  # the cells' math alone (token factors: their own test)
         static = self.impl.build_static([1, 2, 3])  # 3 follows (1, 2) once: class 2, and no static draft
         assert self.propose(s, [9, 1, 2], 1, static) == [3]
         misses = 0
@@ -135,8 +135,54 @@ class HybridTests(ImplTests):
         s = self.state([*span, 1, 2, 3, 4, 5, 6])
         assert self.propose(s, [9, 1, 2], 8, static) == [7]
 
-    def test_confirmed_llama_draft_is_extended(self) -> None:
+    def test_token_factors_learn_what_the_cells_do_not_know(self) -> None:
+        # test_statistics_are_per_static_class's draft, rejected again and again, with token
+        # factors: the cell's rate after i misses is 1 / (i + 2), and at each miss both factors
+        # (the token before, 2, and the drafted token, 3) count it as expected: the rate, in
+        # 1/1024 of a token, and for the drafted token the rate times the first factor then. Both
+        # factors are (accepted + 2) / (expected + 2), so the estimate falls below the threshold
+        # (0.02) after fewer misses than the cell's 49.
         s = self.state([1, 2, 3, 4, 5, 6])
+        static = self.impl.build_static([1, 2, 3])
+        one, prior = 1024, 2048
+        exp_before = exp_token = 0
+        misses = 0
+        while True:
+            rate = 1.0 / (misses + 2)
+            factor_before = prior / (exp_before + prior)
+            estimate = rate * factor_before * (prior / (exp_token + prior))
+            if estimate < 0.02:
+                break
+            assert self.propose(s, [9, 1, 2], 1, static) == [3]
+            s.observe(0)
+            s.begin_request()
+            exp_before += int(rate * one)
+            exp_token += int(rate * factor_before * one)
+            misses += 1
+        assert self.propose(s, [9, 1, 2], 1, static) == []
+        assert 10 <= misses < 49
+        # another token after another token has factors of 1: a fresh cell's 1/2 drafts it
+        s.begin_request()
+        assert self.propose(s, [9, 4, 5], 1) == [6]
+
+    def test_token_factors_raise_tokens_drafted_right(self) -> None:
+        # 7 after 6 is drafted and accepted five times (after the two tokens 5, 6); then, after 9,
+        # 6 (only the last token matches: another cell, fresh at 1/2), the threshold 0.55 lets it
+        # through only with its token factors, which are above 1 for both 6 and 7. 4 after 3,
+        # never drafted, stays at its fresh cell's 1/2: not drafted either way.
+        for factors in (True, False):
+            s = self.state([5, 6, 7, 8], [3, 4], token_factors=factors)
+            for _ in range(5):
+                assert self.propose(s, [5, 6], 1) == [7]
+                s.observe(1)
+                s.begin_request()
+            s.threshold = 0.55
+            assert self.propose(s, [9, 6], 1) == ([7] if factors else [])
+            s.begin_request()
+            assert self.propose(s, [9, 3], 1) == []
+
+    def test_confirmed_llama_draft_is_extended(self) -> None:
+        s = self.state([1, 2, 3, 4, 5, 6], token_factors=False)  # the cells' math alone (token factors: their own test)
         static = self.impl.build_static([1, 2, 3, 1, 2, 3])  # llama.cpp drafts 3 after (1, 2)
         # the suffix-only draft starts with 3 too (confirmed): llama.cpp's 3 is kept (1/2), then the
         # suffix match of (2, 3) continues: 4, 5, 6 (1/4, 1/8, 1/16 >= 0.02), then the separator
@@ -330,7 +376,7 @@ class HybridTests(ImplTests):
         even, uneven = age_votes(requests, [3, 7, 8], 64), age_votes(requests, [3, 17, 18], 64)
         assert 0.4 <= max(even.values()) / sum(even.values()) < 0.6  # the rule, worked out apart
         assert max(uneven.values()) / sum(uneven.values()) >= 0.8
-        s = self.state(*requests)
+        s = self.state(*requests, token_factors=False)  # the cells' math alone (token factors: their own test)
         assert self.propose(s, [3, 17, 18], 1) == [2]
         s.begin_request()
         for _ in range(49):  # the even vote's token is rejected 49 times: (0 + 1) / (49 + 2) < 0.02
@@ -458,7 +504,9 @@ class HybridTests(ImplTests):
         assert self.propose(s, [9, 8, 7]) == []
 
     def test_acceptance_feedback_shortens_drafts(self) -> None:
-        s = self.state([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+        s = self.state(
+            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], token_factors=False
+        )  # the cells' math alone (token factors: their own test)
         assert self.propose(s, [1, 2]) == [3, 4, 5, 6, 7]  # fresh: 1/2 per token, 1/32 >= 0.02
         s.observe(5)  # all five accepted: their estimates rise to 2/3
         s.begin_request()

@@ -80,6 +80,18 @@ COPY_MIN: Final[i64] = 16
 """From this match length on, an uncontested suffix token's estimate has a floor (see :func:`copy_floor`)."""
 DECAY_AT: Final[i64] = 1 << 14
 """A statistic's counts are halved (integer division) when its ``tried`` reaches this: recent steps weigh more."""
+TOKEN_SLOTS: Final[i64] = 1 << 17
+TOKEN_MASK: Final[i64] = TOKEN_SLOTS - 1
+"""The token factors' slots (the reference's ``TOKEN_SLOTS``): a token's slot is its id & TOKEN_MASK."""
+TOKEN_ONE: Final[i64] = 1 << 10
+TOKEN_ONE_F: Final = 1024.0
+"""The token factors count in 1/1024 of a token (integers: the same in both implementations)."""
+TOKEN_PRIOR: Final[i64] = 2 * TOKEN_ONE
+"""A token factor is (accepted + 2) / (expected + 2): 1 for a token not seen yet."""
+TOKEN_DECAY_AT: Final[i64] = 64 * TOKEN_ONE
+"""A token factor's counts are halved when its expected count reaches 64 tokens."""
+TOKEN_CAP: Final = 0.999
+"""An estimate with its token factors is at most this."""
 
 VOTE_SCALE: Final[i64] = 1 << 29
 """An occurrence's vote weighs ``VOTE_SCALE // (b + 1) ** e``, ``b`` the bit length of its age,
@@ -324,8 +336,8 @@ KIND_STRIDE: Final[i64] = N_STATIC * N_CLASS * N_SHARE * N_CUR * N_LEN
 class HybridStep:
     """One proposal's bookkeeping (see :meth:`HybridState.last_step`): how many of its tokens were
     llama.cpp's (of a draft of ``llama_full``, the first ``confirmed`` of them confirmed by the
-    suffix-only draft) and suffix tokens, their statistics' cells, and (until the threshold's
-    calibration) their running estimates."""
+    suffix-only draft) and suffix tokens, their statistics' cells, (until the threshold's
+    calibration) their running estimates, and its tokens after the one before them."""
 
     llama_full: i64
     llama: i64
@@ -333,9 +345,17 @@ class HybridStep:
     cells: vec[i64]
     confirmed: i64
     probs: list[float]
+    tokens: vec[i32]
 
     def __init__(
-        self, llama_full: i64, llama: i64, suffix: i64, cells: vec[i64], confirmed: i64, probs: list[float]
+        self,
+        llama_full: i64,
+        llama: i64,
+        suffix: i64,
+        cells: vec[i64],
+        confirmed: i64,
+        probs: list[float],
+        tokens: vec[i32],
     ) -> None:
         self.llama_full = llama_full
         self.llama = llama
@@ -343,6 +363,7 @@ class HybridStep:
         self.cells = cells
         self.confirmed = confirmed
         self.probs = probs
+        self.tokens = tokens
 
 
 class HybridState:
@@ -385,6 +406,10 @@ class HybridState:
     walk_probs: list[float]
     walk_factor: float
     calibration: list[float]
+    token_factors: bool
+    tok_ok: vec[i64]
+    tok_exp: vec[i64]
+    last_tokens: vec[i32]
 
     def __init__(
         self,
@@ -393,6 +418,7 @@ class HybridState:
         max_candidates: int = MAX_CANDIDATES,
         target_waste: float = TARGET_WASTE,
         match_slack: int = MATCH_SLACK,
+        token_factors: bool = True,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold}")
@@ -401,6 +427,7 @@ class HybridState:
         if not 0 <= match_slack <= MAX_MATCH:
             raise ValueError(f"match_slack must be in [0, {MAX_MATCH}], got {match_slack}")
         self.match_slack = match_slack
+        self.token_factors = token_factors  # False: the cells' rates alone (see _by_token)
         self.history = history if history is not None else SuffixHistory()
         check_target_waste(target_waste, "hybrid")
         self.threshold = threshold
@@ -445,6 +472,12 @@ class HybridState:
         # in _suffix: the suffix-only draft's walk stops at its first disagreement with llama.cpp's)
         self.walk_factor = 0.0
         self.calibration = []
+        # The token factors (the reference's tok_ok and tok_exp): slots by the token before a
+        # drafted token, then by the drafted token; the last proposal's tokens, after the one
+        # before them, for _observe to find their slots.
+        self.tok_ok = zeros_i64(2 * TOKEN_SLOTS)
+        self.tok_exp = zeros_i64(2 * TOKEN_SLOTS)
+        self.last_tokens = vec[i32]()
 
     def request_history(self) -> SuffixHistory:
         """An empty history for one request's own tokens, to pass to :meth:`propose_detached`
@@ -540,6 +573,35 @@ class HybridState:
     def _l_estimate(self, cell: i64) -> float:
         """Estimated acceptance of a llama.cpp token of statistic ``cell``."""
         return (float(self.l_ok[cell]) + PRIOR_OK) / (float(self.l_tried[cell]) + PRIOR_TRIED)
+
+    def _tok_factor(self, slot: i64) -> float:
+        """One token factor (the reference's ``_token_factor``): accepted over expected, with the prior."""
+        return float(self.tok_ok[slot] + TOKEN_PRIOR) / float(self.tok_exp[slot] + TOKEN_PRIOR)
+
+    def _by_token(self, rate: float, before: i64, token: i64) -> float:
+        """A cell's ``rate`` for ``token`` after ``before``, with token factors (the reference's ``_by_token``)."""
+        if not self.token_factors:
+            return rate
+        q = rate * self._tok_factor(before & TOKEN_MASK) * self._tok_factor(TOKEN_SLOTS + (token & TOKEN_MASK))
+        return q if q < TOKEN_CAP else TOKEN_CAP
+
+    def _learn_token(self, rate: float, before: i64, token: i64, accepted: bool) -> None:
+        """A drafted token reached, whose cell's rate is ``rate`` now (the reference's ``_learn_token``)."""
+        p = before & TOKEN_MASK
+        t = TOKEN_SLOTS + (token & TOKEN_MASK)
+        factor = self._tok_factor(p)
+        ok: i64 = TOKEN_ONE if accepted else 0
+        e_before: i64 = int(rate * TOKEN_ONE_F)
+        e_token: i64 = int(rate * factor * TOKEN_ONE_F)
+        self._tok_add(p, ok, e_before)
+        self._tok_add(t, ok, e_token)
+
+    def _tok_add(self, slot: i64, ok: i64, expected: i64) -> None:
+        self.tok_ok[slot] += ok
+        self.tok_exp[slot] += expected
+        if self.tok_exp[slot] >= TOKEN_DECAY_AT:
+            self.tok_ok[slot] //= 2
+            self.tok_exp[slot] //= 2
 
     def _follow(
         self,
@@ -639,7 +701,7 @@ class HybridState:
             cur = source_class(cur_start, act[best_f])
             sclass = selected_class(st, has_part, best_t, win_c)
             cell = stat_cell(best_c, n_act, best + k, sclass, kind, cur, share)
-            factor = max(self._estimate(cell), copy_floor(best + k, share))
+            factor = max(self._by_token(self._estimate(cell), i64(b1), i64(best_t)), copy_floor(best + k, share))
             prob = prob * factor
             if prob < self.threshold:
                 break
@@ -913,7 +975,12 @@ class HybridState:
                 agree < n_alt
                 and agree < m_full
                 # the disagreeing token is the walk's last (see walk_factor); the reference says why
-                and self.walk_factor > self._l_estimate(llama_cell(m_full, agree, False))
+                and self.walk_factor
+                > self._by_token(
+                    self._l_estimate(llama_cell(m_full, agree, False)),
+                    i64(drafted[base + agree - 1]),
+                    i64(drafted[base + agree]),
+                )
             ):
                 alt = vec[i32](capacity=base + n_draft)
                 for j in range(base):
@@ -926,11 +993,16 @@ class HybridState:
                 self.last_cells = alt_cells
                 if calibrating:
                     self.last_probs = self.walk_probs
+                self._keep_tokens(alt, base)
                 return alt
         prob = 1.0
         m: i64 = 0
         while m < m_full:
-            p_ok = self._l_estimate(llama_cell(m_full, m, m < self.last_confirmed))
+            p_ok = self._by_token(
+                self._l_estimate(llama_cell(m_full, m, m < self.last_confirmed)),
+                i64(drafted[base + m - 1]),
+                i64(drafted[base + m]),
+            )
             if prob * p_ok < self.threshold:
                 break
             prob = prob * p_ok
@@ -944,6 +1016,7 @@ class HybridState:
             drafted = kept
         self.last_llama = m
         if m >= n_draft:
+            self._keep_tokens(drafted, base)
             return drafted
         q = vec[i32](capacity=i64(len(before)) + m)
         for j in range(len(before)):
@@ -969,7 +1042,15 @@ class HybridState:
         self.last_cells = cells
         if calibrating:
             self.last_probs.extend(self.walk_probs)
+        self._keep_tokens(drafted, base)
         return drafted
+
+    def _keep_tokens(self, drafted: vec[i32], base: i64) -> None:
+        """The proposal ``drafted[base:]`` after the token before it, for :meth:`_observe`."""
+        kept = vec[i32](capacity=i64(len(drafted)) - base + 1)
+        for j in range(base - 1, len(drafted)):
+            kept = append(kept, drafted[j])
+        self.last_tokens = kept
 
     def _observe(self, n_accepted: i64) -> None:
         m = self.last_llama
@@ -999,9 +1080,11 @@ class HybridState:
                     # lists, which last_step() would otherwise hand out stale.
                     self.last_probs = []
                     self.walk_probs = []
+        toks = self.last_tokens
         j: i64 = 0
         while j < m and j <= n_accepted:  # llama.cpp's tokens reached: the accepted ones and the first miss
             cell = llama_cell(self.last_llama_full, j, j < self.last_confirmed)
+            self._learn_token(self._l_estimate(cell), i64(toks[j]), i64(toks[j + 1]), j < n_accepted)
             self.l_tried[cell] += 1
             if j < n_accepted:
                 self.l_ok[cell] += 1
@@ -1014,6 +1097,7 @@ class HybridState:
             k: i64 = 0
             while k < s and k <= acc:
                 off = self.last_cells[k]
+                self._learn_token(self._estimate(off), i64(toks[m + k]), i64(toks[m + k + 1]), k < acc)
                 self.tried[off] += 1
                 if k < acc:
                     self.ok[off] += 1
@@ -1179,6 +1263,7 @@ class HybridState:
             self.last_cells,
             self.last_confirmed,
             self.last_probs,
+            self.last_tokens,
         )
 
     def resume_step(self, step: HybridStep) -> None:
@@ -1189,6 +1274,7 @@ class HybridState:
         self.last_cells = step.cells
         self.last_confirmed = step.confirmed
         self.last_probs = step.probs
+        self.last_tokens = step.tokens
 
     def observe(self, n_accepted: int, committed: Sequence[int] = ()) -> None:
         """Record that the engine accepted the first ``n_accepted`` tokens of the last proposal.
@@ -1263,8 +1349,10 @@ class HybridState:
             if m_full > 0 and m == 0 and self.last_cells[0] >= KIND_STRIDE:
                 kind = 1  # the suffix-only draft replaced llama.cpp's
             else:
+                toks = self.last_tokens  # the token before the proposal, then branch 0
                 for j in range(m):  # the running estimate after llama.cpp's kept tokens, as _suffix has it
-                    prob = prob * self._l_estimate(llama_cell(m_full, j, j < self.last_confirmed))
+                    rate = self._l_estimate(llama_cell(m_full, j, j < self.last_confirmed))
+                    prob = prob * self._by_token(rate, i64(toks[j]), i64(toks[j + 1]))
             q = vec[i32](capacity=i64(len(before)) + m)
             for j in range(len(before)):
                 q = append(q, before[j])
@@ -1376,7 +1464,8 @@ class HybridState:
             f = VOTE_RANK - (sc & VOTE_RANK)
             cur = source_class(cur_start, act0[f])
             share = share_class(sums[ri], whole, contested)
-            p = prob * self._estimate(stat_cell(c, n0, best, static_class(st, b2, b1, r), kind, cur, share))
+            rate = self._estimate(stat_cell(c, n0, best, static_class(st, b2, b1, r), kind, cur, share))
+            p = prob * self._by_token(rate, i64(b1), i64(r))
             if p < self.threshold:
                 continue
             d = vec[i32](capacity=m + n_max)

@@ -165,12 +165,24 @@ CALIBRATE_GRID = 1.02
 """Calibration raises the threshold by steps of this factor until the steps' waste would have met the target."""
 DECAY_AT = 1 << 14
 """Counts of a statistic are halved (integer division) when its ``tried`` reaches this."""
+TOKEN_SLOTS = 1 << 17
+"""The token factors' slots per table (see :meth:`HybridState._by_token`): a token's slot is its
+id modulo this (ids & (TOKEN_SLOTS - 1)), so every id of a vocabulary of up to 131,072 tokens has
+its own, and larger vocabularies share some."""
+TOKEN_ONE = 1 << 10
+"""The token factors count in 1/1024 of a token: integers, the same in both implementations."""
+TOKEN_PRIOR = 2 * TOKEN_ONE
+"""A token factor is (accepted + 2) / (expected + 2) tokens: 1 for a token not seen yet."""
+TOKEN_DECAY_AT = 64 * TOKEN_ONE
+"""A token factor's counts are halved (integer division) when its expected count reaches 64 tokens."""
+TOKEN_CAP = 0.999
+"""An estimate with its token factors is at most this."""
 Cell = tuple[int, int, int, int, int, int]
 """A suffix token's statistic: (kind, static class, support class, source, effective match length,
 share class)."""
 LlamaCell = tuple[bool, int, int]
 """A llama.cpp token's statistic: (confirmed, its draft's length, position)."""
-Step = tuple[int, int, int, list[Cell], int, list[float]]
+Step = tuple[int, int, int, list[Cell], int, list[float], list[int]]
 """A proposal's bookkeeping (see :meth:`HybridState.last_step`)."""
 
 
@@ -334,6 +346,7 @@ class HybridState:
         max_candidates: int = MAX_CANDIDATES,
         target_waste: float = TARGET_WASTE,
         match_slack: int = MATCH_SLACK,
+        token_factors: bool = True,
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold}")
@@ -342,6 +355,7 @@ class HybridState:
         if not 0 <= match_slack <= MAX_MATCH:
             raise ValueError(f"match_slack must be in [0, {MAX_MATCH}], got {match_slack}")
         self.match_slack = match_slack
+        self.token_factors = token_factors  # False: the cells' rates alone (see _by_token)
         self.history = history if history is not None else SuffixHistory()
         check_target_waste(target_waste, "hybrid")
         self.threshold = threshold
@@ -369,6 +383,12 @@ class HybridState:
         self.walk_probs: list[float] = []
         self.walk_factors: list[float] = []  # the last walk's estimate of each token it drafted
         self.calibration: list[float] = []
+        # The token factors (see _by_token): accepted and expected counts, in 1/TOKEN_ONE of a
+        # token, by the token before a drafted token (slots 0..TOKEN_SLOTS-1), then by the drafted
+        # token itself; and the last proposal's tokens after the one before them, which observe reads.
+        self.tok_ok = [0] * (2 * TOKEN_SLOTS)
+        self.tok_exp = [0] * (2 * TOKEN_SLOTS)
+        self.last_tokens: list[int] = []
         self._own: SuffixHistory | None = None  # a detached proposal's request history, while it is made
         # Which exponent of the age weights drafts best here (see exponent()): per exponent, the
         # tokens its drafts would have had accepted at the points scored so far, and the scorings
@@ -557,6 +577,39 @@ class HybridState:
     def _llama_estimate(self, cell: LlamaCell) -> float:
         return _estimate(self.l_ok[cell], self.l_tried[cell])
 
+    def _token_factor(self, slot: int) -> float:
+        """How a token's drafts have done against their estimates: accepted over expected, with the prior."""
+        return float(self.tok_ok[slot] + TOKEN_PRIOR) / float(self.tok_exp[slot] + TOKEN_PRIOR)
+
+    def _by_token(self, rate: float, before: int, token: int) -> float:
+        """The estimate of drafting ``token`` after ``before``, from its cell's ``rate``.
+
+        The cells do not know which tokens they draft, and some tokens are drafted right far more
+        often than their cells say (and some far less), as are the tokens after some tokens. So
+        the rate is multiplied by two *token factors*: how often the drafted tokens that followed
+        ``before`` were accepted against how often their cells expected it, and the same for
+        drafts of ``token`` (expected there after the first factor); at most :data:`TOKEN_CAP`.
+        """
+        if not self.token_factors:
+            return rate
+        mask = TOKEN_SLOTS - 1
+        q = rate * self._token_factor(before & mask) * self._token_factor(TOKEN_SLOTS + (token & mask))
+        return q if q < TOKEN_CAP else TOKEN_CAP
+
+    def _learn_token(self, rate: float, before: int, token: int, accepted: bool) -> None:
+        """Count a drafted ``token`` (after ``before``) that was reached, whose cell's rate is ``rate`` now."""
+        mask = TOKEN_SLOTS - 1
+        p = before & mask
+        t = TOKEN_SLOTS + (token & mask)
+        factor = self._token_factor(p)
+        ok = TOKEN_ONE if accepted else 0
+        for slot, expected in ((p, int(rate * float(TOKEN_ONE))), (t, int(rate * factor * float(TOKEN_ONE)))):
+            self.tok_ok[slot] += ok
+            self.tok_exp[slot] += expected
+            if self.tok_exp[slot] >= TOKEN_DECAY_AT:
+                self.tok_ok[slot] //= 2
+                self.tok_exp[slot] //= 2
+
     def begin_request(self) -> None:
         """Start a new request (the previous one stays in the history)."""
         self.history.add_separator()
@@ -662,7 +715,9 @@ class HybridState:
                 min(best + k, N_LEN - 1),
                 share,
             )
-            factor = max(_estimate(self.ok[cell], self.tried[cell]), copy_floor(best + k, share))
+            factor = max(
+                self._by_token(_estimate(self.ok[cell], self.tried[cell]), b1, token), copy_floor(best + k, share)
+            )
             prob = prob * factor
             if prob < self.threshold:
                 break
@@ -699,6 +754,8 @@ class HybridState:
         st: PartSource = static if static is not None else NgramCache()
         m_full = len(drafted)
         self.last_llama_full, self.last_suffix, self.last_confirmed = m_full, 0, 0
+        before = self.history.query_token([], 0, request)  # the request's last token
+        self.last_tokens = [before, *drafted]
         self.last_probs = []
         if m_full > 0:
             self.walk_probs = []
@@ -713,10 +770,11 @@ class HybridState:
             # cell's rate alone, a long copy's token tied with llama.cpp's while both cells were at
             # their prior (1/2), and llama.cpp's tokens stayed: a fresh drafter's edits drafted
             # 10.9 tokens per step at n_draft 32 instead of 12.8 (docs/performance-log.md).
-            if agree < min(len(alt), m_full) and alt_factors[agree] > self._llama_estimate(
-                self._llama_cell(m_full, agree)
+            if agree < min(len(alt), m_full) and alt_factors[agree] > self._by_token(
+                self._llama_estimate(self._llama_cell(m_full, agree)), self.last_tokens[agree], drafted[agree]
             ):
                 drafted[:] = alt
+                self.last_tokens = [before, *alt]
                 self.last_llama, self.last_suffix, self.last_cells = 0, len(alt), alt_cells
                 self.last_probs = self.walk_probs
                 return
@@ -724,7 +782,7 @@ class HybridState:
         m = 0
         probs: list[float] = []
         while m < m_full:
-            p_ok = self._llama_estimate(self._llama_cell(m_full, m))
+            p_ok = self._by_token(self._llama_estimate(self._llama_cell(m_full, m)), self.last_tokens[m], drafted[m])
             if prob * p_ok < self.threshold:
                 break
             prob = prob * p_ok
@@ -738,6 +796,7 @@ class HybridState:
         self.walk_probs = []
         more, cells = self._follow(drafted, n_draft - m, prob, 0, request, st)
         drafted.extend(more)
+        self.last_tokens = [before, *drafted]
         self.last_cells = cells
         self.last_suffix = len(more)
         self.last_probs = probs + self.walk_probs
@@ -836,6 +895,7 @@ class HybridState:
             self.last_cells,
             self.last_confirmed,
             self.last_probs,
+            self.last_tokens,
         )
 
     def resume_step(self, step: Step) -> None:
@@ -847,6 +907,7 @@ class HybridState:
             self.last_cells,
             self.last_confirmed,
             self.last_probs,
+            self.last_tokens,
         ) = step
 
     def observe(self, n_accepted: int, committed: Sequence[int] = ()) -> None:
@@ -879,8 +940,10 @@ class HybridState:
                 self.calibration.extend(self.last_probs[n_accepted : m + s])
                 if self.observed == CALIBRATE_AT:
                     self._calibrate()
+        toks = self.last_tokens  # the token before the proposal, then the proposal
         for j in range(min(m, n_accepted + 1)):  # llama.cpp's tokens reached: the accepted ones and the first miss
             lc = self._llama_cell(self.last_llama_full, j)
+            self._learn_token(self._llama_estimate(lc), toks[j], toks[j + 1], j < n_accepted)
             self.l_tried[lc] += 1
             if j < n_accepted:
                 self.l_ok[lc] += 1
@@ -891,6 +954,7 @@ class HybridState:
             acc = n_accepted - m
             for k in range(min(s, acc + 1)):  # the tokens reached: the accepted ones and the first miss
                 cell = self.last_cells[k]
+                self._learn_token(_estimate(self.ok[cell], self.tried[cell]), toks[m + k], toks[m + k + 1], k < acc)
                 self.tried[cell] += 1
                 if k < acc:
                     self.ok[cell] += 1
@@ -988,8 +1052,10 @@ class HybridState:
             replaced = m_full > 0 and m == 0 and self.last_cells[0][0] == 1
             prob = 1.0
             if not replaced:
+                toks = self.last_tokens  # the token before the proposal, then branch 0
                 for j in range(m):  # the running estimate after llama.cpp's kept tokens, as _extend_draft has it
-                    prob = prob * self._llama_estimate(self._llama_cell(m_full, j))
+                    rate = self._llama_estimate(self._llama_cell(m_full, j))
+                    prob = prob * self._by_token(rate, toks[j], toks[j + 1])
             self._runner_ups(drafted, m, prob, int(replaced), request, st, n_draft - m, branches, tree)
         if m > 0 and len(tree) < branches:
             alt, _ = self._follow([], n_draft, 1.0, 1, request, st)
@@ -1038,7 +1104,7 @@ class HybridState:
             cur = source_class(h, active[first], detached)
             share = share_class(keys[r][0], whole, len(keys) >= 2)
             cell = (kind, sclass, support_class(votes, len(active)), cur, min(best, N_LEN - 1), share)
-            p = prob * _estimate(self.ok[cell], self.tried[cell])
+            p = prob * self._by_token(_estimate(self.ok[cell], self.tried[cell]), b1, r)
             if p < self.threshold:
                 continue
             kept = [i for i, t in enumerate(nexts) if t == r]
