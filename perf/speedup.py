@@ -554,8 +554,6 @@ class SuffixDraftModel:
         self.k = k
 
     def __call__(self, input_ids: Any, /, **kwargs: Any) -> Any:
-        import numpy as np
-
         return np.array(self._propose(np.asarray(input_ids).tolist(), self.k), dtype=np.intc)
 
     def end(self, history: Sequence[int] | None = None) -> None:
