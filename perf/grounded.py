@@ -131,6 +131,7 @@ class LookupdecDrafter:
 
     ``impl``: the implementation module (``lookupdec.fast`` by default, or ``lookupdec.reference``).
     ``threshold`` (hybrid only): draft at this fixed threshold instead of steering to ``target_waste``.
+    ``drafter``: drive this ``Drafter`` instead of making one (the other arguments are then unused).
     """
 
     def __init__(
@@ -142,7 +143,12 @@ class LookupdecDrafter:
         impl: Any = None,
         target_waste: float | None = None,
         threshold: float | None = None,
+        drafter: Any = None,
     ) -> None:
+        self._request: Any = None
+        if drafter is not None:
+            self._drafter = drafter
+            return
         if impl is None:
             from lookupdec import fast as impl
         if threshold is not None:  # fixed: no waste target steers it
@@ -152,7 +158,6 @@ class LookupdecDrafter:
         self._drafter = impl.Drafter(static, policy=policy, n_draft=n_draft, corpus=corpus, target_waste=target_waste)
         if threshold is not None:
             self._drafter.policy_state.threshold = threshold
-        self._request: Any = None
 
     def begin(self, prompt: list[int]) -> None:
         self._request = self._drafter.request(prompt)

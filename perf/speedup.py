@@ -19,7 +19,15 @@ with the KV cache, as an engine runs it. Drafters run side by side in one proces
   importable (perf/README.md, "Peers"), else left out of the default list with a message;
 - ``lcp-pld`` (``--engine llama-cpp``): llama-cpp-python's own ``LlamaPromptLookupDecoding``;
 - with ``--baseline REV``, ``NAME@REV`` beside each adaptive lookupdec drafter: the same, its
-  ``DraftLength`` as git revision REV has it (a change to the controller, in the real engine).
+  ``DraftLength`` as git revision REV has it (a change to the controller, in the real engine);
+- ``NAME/warm`` (only when asked for; ``--engine transformers``, ``--texts wikitext,code``): the
+  drafter a server keeps, not a fresh one per generation. One drafter per variant, k, text and
+  round goes through the text in order: before each window it is fed the text since the previous
+  window (up to the window's prompt) as earlier requests, in llama-lookup-stats' teacher-forced
+  loop (chunks of 4,096 tokens, no model), and the window's own generation then joins it. It
+  never sees a window's text before generating it. For ``llama``, ``hybrid`` and
+  ``hybrid+static`` one ``Drafter`` (its history, dynamic cache and the hybrid policy's
+  statistics); for ``suffix`` and ``suffix4`` one ``SuffixDecodingCache`` (its global tree).
 
 ``--burst START,SECONDS`` puts a busy process on every core for SECONDS, from START seconds after
 the first generation: another job's load on a shared machine, on purpose.
@@ -136,6 +144,10 @@ class Workload:
     name: str
     prompts: list[list[int]]
     truth: list[list[int]] | None = None
+    source: list[int] | None = None
+    """The text the windows were cut from (``/warm`` drafters are fed it between windows), if one."""
+    starts: list[int] = field(default_factory=list)
+    """Where each window's prompt starts in ``source``."""
 
 
 def _windows(tokens: Sequence[int], n: int, context: int, new: int, name: str) -> Workload:
@@ -146,6 +158,8 @@ def _windows(tokens: Sequence[int], n: int, context: int, new: int, name: str) -
         name,
         [list(tokens[s : s + context]) for s in starts],
         [list(tokens[s + context : s + span]) for s in starts],
+        list(tokens),
+        starts,
     )
 
 
@@ -415,10 +429,11 @@ class SuffixProposer:
     sequence. Raises :class:`perf.peers.PeerUnavailable` where the extension is not importable.
     """
 
-    def __init__(self, n_prompt: int, max_length: int, k: int, **speculate: Any) -> None:
+    def __init__(self, n_prompt: int, max_length: int, k: int, peer: Any = None, **speculate: Any) -> None:
         from perf.peers import SuffixDecoding
 
-        self._peer = SuffixDecoding(k, max_length, **speculate)
+        # peer: a warm one kept across generations (``suffix/warm``), its buffer long enough
+        self._peer = SuffixDecoding(k, max_length, **speculate) if peer is None else peer
         self._n_prompt = n_prompt
         self._n = 0  # the tokens the peer has: none until the first call
 
@@ -496,7 +511,7 @@ def controller(controllers: dict[tuple[str, int], Any], name: str, k: int) -> An
     ``NAME@REV`` (``--baseline REV``): ``DraftLength`` as git revision REV has it."""
     from lookupdec.adapters import DraftLength
 
-    if name.endswith("/fixed"):
+    if name.removesuffix(WARM).endswith("/fixed"):
         return False
     if (name, k) not in controllers:
         _, at, rev = name.partition("@")
@@ -532,13 +547,66 @@ def _burst_worker(begin: float, until: float) -> None:
         pass
 
 
-def lookupdec_proposer(name: str, static: Any, k: int, eos: frozenset[int], n_vocab: int, adaptive: Any) -> Any:
-    import lookupdec
+def lookupdec_drafter(name: str, static: Any, k: int) -> Any:
+    """A fresh ``lookupdec.Drafter`` of the variant ``name`` (``llama...`` or ``hybrid...``; ``+static``)."""
+    policy = "llama" if name.startswith("llama") else "hybrid"
+    return lookupdec.Drafter(static=static if "static" in name else None, n_draft=k, policy=policy)
+
+
+def lookupdec_proposer(
+    name: str, static: Any, k: int, eos: frozenset[int], n_vocab: int, adaptive: Any, drafter: Any = None
+) -> Any:
+    """A generation's proposer: a fresh Drafter of the variant, or ``drafter`` (a warm one) given."""
     from lookupdec.adapters.transformers import RequestProposer
 
-    policy = "llama" if name.startswith("llama") else "hybrid"
-    drafter = lookupdec.Drafter(static=static if "static" in name else None, n_draft=k, policy=policy)
+    if drafter is None:
+        drafter = lookupdec_drafter(name, static, k)
     return RequestProposer(drafter, stop=eos, vocab_size=n_vocab, adaptive=adaptive)
+
+
+WARM: Final = "/warm"
+"""The suffix of a drafter kept across the generations of a text (see the module's docstring)."""
+WARM_CHUNK: Final = 4096
+"""The requests a warm drafter is fed between windows: chunks of the text this long (``perf policy``'s n_ctx)."""
+
+
+@dataclass
+class WarmDrafter:
+    """A ``/warm`` drafter: the drafter kept (a ``lookupdec.Drafter`` or a SuffixDecoding peer), its
+    :class:`perf.peers.PeerDrafter` face for the feeding, and how far into the text it has gone."""
+
+    drafter: Any
+    peer: Any
+    pos: int = 0
+    fed_steps: int = 0
+    fed_tokens: int = 0
+
+
+def warm_drafter(name: str, static: Any, k: int, max_length: int) -> WarmDrafter:
+    """A new ``/warm`` drafter of the variant ``name`` (its base name: ``hybrid``, ``suffix``, ...)."""
+    from perf.grounded import LookupdecDrafter
+    from perf.peers import SuffixDecoding
+
+    if name in SUFFIX_DRAFTERS:
+        speculate: dict[str, Any] = SUFFIX_DRAFTERS[name]
+        peer = SuffixDecoding(k, max(WARM_CHUNK, max_length), **speculate)
+        return WarmDrafter(peer, peer)
+    drafter = lookupdec_drafter(name, static, k)
+    return WarmDrafter(drafter, LookupdecDrafter("", k, drafter=drafter))
+
+
+def feed(warm: WarmDrafter, tokens: Sequence[int], upto: int, k: int) -> None:
+    """Feed ``tokens[warm.pos:upto]`` to the warm drafter as earlier requests (llama-lookup-stats'
+    teacher-forced step, chunks of :data:`WARM_CHUNK`, the first token of each given); no model."""
+    from perf.peers import teacher_force
+
+    for s in range(warm.pos, upto, WARM_CHUNK):
+        chunk = list(tokens[s : min(s + WARM_CHUNK, upto)])
+        if len(chunk) >= 2:
+            g = teacher_force(warm.peer, chunk, 1, k, "warm")
+            warm.fed_steps += g.n_steps
+            warm.fed_tokens += len(chunk) - 1
+    warm.pos = max(warm.pos, upto)
 
 
 # --- llama-cpp-python ------------------------------------------------------------------------
@@ -777,6 +845,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--engine llama-cpp runs --model {' or '.join(LLAMA_CPP_MODELS)}")
     if args.engine == "transformers" and args.model == "gemma3":
         p.error("--model gemma3 runs in --engine llama-cpp")
+    if WARM in (args.drafters or "") and (
+        args.engine != "transformers" or args.model not in CONFIGS or "edits" in args.texts.split(",")
+    ):
+        p.error(f"NAME{WARM} drafters run in --engine transformers --model {' or '.join(CONFIGS)} on texts cut "
+                "from one text (--texts wikitext,code): they are fed the text between the windows")  # fmt: skip
     try:
         if args.engine == "transformers":
             runs, curves, meta = _transformers(args, ks)
@@ -808,11 +881,13 @@ def _drafter_names(args: argparse.Namespace, engine_pld: str) -> list[str]:
     names += list(SUFFIX_DRAFTERS)
     if args.drafters:
         wanted = args.drafters.split(",")
+        # NAME/warm only when asked for, after its fresh NAME's place
+        names = [v for n in names for v in (n, n + WARM) if v == n or n not in ("none", engine_pld)]
         bad = [n for n in wanted if n not in names]
         if bad:
             raise SystemExit(f"perf speedup: unknown drafter(s) {', '.join(bad)}: choose from {', '.join(names)}")
         names = [n for n in names if n in wanted]
-        if any(n in SUFFIX_DRAFTERS for n in names):
+        if any(n.removesuffix(WARM) in SUFFIX_DRAFTERS for n in names):
             _suffix_available()  # asked for: a missing extension is an error (exit 2), before the model loads
     elif any(n in SUFFIX_DRAFTERS for n in names):
         try:
@@ -884,8 +959,9 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
     outputs: dict[tuple[str, int], list[int]] = {}
     identical = True
     turn = 0
+    warm: dict[tuple[int, str, str, int], WarmDrafter] = {}
     burst = load_burst(*args.burst)
-    for _ in range(args.rounds):
+    for rnd in range(args.rounds):
         for w in workloads:
             for i, prompt in enumerate(w.prompts):
                 truth = w.truth[i] if w.truth is not None else None
@@ -894,15 +970,25 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
                     turn += 1
                     for name in order:
                         max_length = len(prompt) + args.new_tokens
+                        base = name.removesuffix(WARM)
+                        kept = None
+                        if base != name and w.source is not None:
+                            # a new one per round: the previous round's would have seen this window
+                            kept = warm.setdefault((rnd, w.name, name, k), warm_drafter(base, static, k, max_length))
+                            feed(kept, w.source, w.starts[i], k)  # the text since its last window, untimed
+                            kept.pos = w.starts[i] + len(prompt) + args.new_tokens  # this window joins it
                         if name == "none":
                             propose: Any = no_draft
                         elif name == "hf-pld":
                             propose = hf_prompt_lookup(k, max_length)
-                        elif name in SUFFIX_DRAFTERS:
-                            propose = SuffixProposer(len(prompt), max_length, k, **SUFFIX_DRAFTERS[name])
+                        elif base in SUFFIX_DRAFTERS:
+                            peer = kept.drafter if kept else None
+                            propose = SuffixProposer(len(prompt), max_length, k, peer, **SUFFIX_DRAFTERS[base])
                         else:
                             ctl = controller(controllers, name, k)
-                            propose = lookupdec_proposer(name, static, k, eos, n_vocab, ctl)
+                            propose = lookupdec_proposer(
+                                name, static, k, eos, n_vocab, ctl, kept.drafter if kept else None
+                            )
                         run = transformers_run(model, name, propose, prompt, truth, k, args.new_tokens, w.name, eos)
                         if hasattr(propose, "end"):
                             propose.end()
@@ -915,6 +1001,12 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
                             print(f"OUTPUT DIFFERS: {w.name} prompt {i} k={k} {name}", file=sys.stderr)
     for proc in burst:
         proc.terminate()
+    for (rnd, text, name, k), kept in sorted(warm.items()):
+        print(
+            f"{name} k={k} round {rnd + 1} {text}: fed {kept.fed_tokens:,} tokens of the text between its windows "
+            f"({kept.fed_tokens / max(1, kept.fed_steps):.3f} tokens/step there)",
+            file=sys.stderr,
+        )
     title = f"transformers, {args.model}"
     meta = dict(note=note, title=title, engine="transformers", model=args.model, identical=identical)
     return runs, curves, meta

@@ -305,3 +305,95 @@ def test_suffix_decoding_as_a_llama_cpp_draft_model(fake_suffix: list[_FakeSuffi
     assert log[0] == ("start", 1, prompt) and log[-1] == ("stop", 1)
     assert [e[2] for e in log if e[0] == "add"] == [[3], [4, 9, 7]]
     assert [e[3] for e in log if e[0] == "speculate"] == [3, 3]
+
+
+def _warm_text() -> tuple[list[int], list[int], list[int]]:
+    """A text of distinct-looking ids with two passages: ``before`` occurs early (three times, after
+    the same two tokens), ``after`` only late."""
+    rng = np.random.default_rng(7)
+    text = rng.integers(1000, 60000, size=12_000).tolist()
+    before = list(range(100, 140))
+    after = list(range(200, 240))
+    for at in (2000, 3000, 4000):  # three times: llama.cpp's rule drafts from its dynamic cache only then
+        text[at - 2 : at + 40] = text[1998:2000] + before
+    text[11_000:11_040] = after
+    return text, before, after
+
+
+def test_warm_drafters_are_fed_the_text_before_each_window_and_never_the_window() -> None:
+    """A ``/warm`` drafter has the text before a window in its history (it drafts a passage that
+    repeats from there), a fresh one has not, and neither has the text after the window."""
+    from perf.speedup import WARM_CHUNK, _windows, feed, lookupdec_drafter, warm_drafter
+
+    text, before, after = _warm_text()
+    w = _windows(text, 2, 64, 40, "text")
+    assert w.source == text and len(w.starts) == 2
+    s = w.starts[1]
+    # the second window continues with `before`, which occurred from 2000 on; `after` comes at 11000
+    text[s + 62 : s + 64 + 40] = text[1998:2000] + before  # the prompt ends as the text did before it
+    w = _windows(text, 2, 64, 40, "text")
+    assert w.truth is not None and w.truth[1] == before and w.prompts[1][-2:] == text[1998:2000]
+    for name in ("hybrid", "llama"):
+        kept = warm_drafter(name, None, 8, 104)
+        feed(kept, text, w.starts[0], 8)  # nothing before the first window
+        assert kept.fed_tokens == 0 and kept.pos == 0
+        kept.pos = w.starts[0] + 104  # the first window's generation joins it (here: not run)
+        feed(kept, text, s, 8)
+        chunks = -(-(s - 104) // WARM_CHUNK)
+        assert kept.pos == s and kept.fed_tokens == s - 104 - chunks  # each chunk's first token is given
+        with kept.drafter.request(w.prompts[1]) as req:
+            warm = req.propose()
+        with lookupdec_drafter(name, None, 8).request(w.prompts[1]) as req:
+            fresh = req.propose()
+        assert warm[:4] == before[:4], (name, warm)
+        assert fresh[:1] != before[:1], (name, fresh)
+        # and it never had the text from the window on: `after` (at 11000) is unknown to it
+        with kept.drafter.request(text[10_900:11_000]) as req:
+            assert not set(req.propose()) & set(after), name
+        feed(kept, text, s - 500, 8)  # never back
+        assert kept.pos == s
+
+
+def test_warm_suffix_decoding_keeps_one_cache_across_generations(fake_suffix: list[_FakeSuffixCache]) -> None:
+    from perf.speedup import SuffixProposer, feed, warm_drafter
+
+    text, _, _ = _warm_text()
+    kept = warm_drafter("suffix4", None, 4, 64)
+    feed(kept, text, 5000, 4)
+    for prompt in ([1, 2, 3], [4, 5, 6]):
+        propose = SuffixProposer(len(prompt), 64, 4, kept.drafter, max_spec_factor=4.0)
+        propose([*prompt, 7], 4)
+        propose.end()
+    assert len(fake_suffix) == 1  # one cache: the feed's requests and both generations
+    starts = [e for e in fake_suffix[0].log if e[0] == "start"]
+    assert len(starts) == 2 + 2 and starts[-1][2] == [4, 5, 6]
+    speculations = [e for e in fake_suffix[0].log if e[0] == "speculate"]
+    assert speculations[-1][4] == {"max_spec_factor": 4.0}
+
+
+def test_warm_drafters_only_when_asked_and_where_there_is_a_text_between_windows(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import argparse
+
+    from perf.speedup import _drafter_names, controller, main
+
+    ns = argparse.Namespace
+    assert not [n for n in _drafter_names(ns(drafters="none,hybrid", baseline=None), "hf-pld") if "warm" in n]
+    names = _drafter_names(ns(drafters="hybrid/fixed/warm,hybrid,llama/warm,none", baseline=None), "hf-pld")
+    assert names == ["none", "llama/warm", "hybrid", "hybrid/fixed/warm"]
+    for bad in ("none/warm", "hf-pld/warm"):
+        with pytest.raises(SystemExit, match="unknown drafter"):
+            _drafter_names(ns(drafters=bad, baseline=None), "hf-pld")
+    controllers: dict[tuple[str, int], Any] = {}
+    assert controller(controllers, "hybrid/fixed/warm", 4) is False
+    assert controller(controllers, "hybrid/warm", 4) is not controller(controllers, "hybrid", 4)
+    for argv in (
+        ["--engine", "llama-cpp", "--model", "smollm2", "--drafters", "hybrid/warm"],
+        ["--model", "smollm2", "--drafters", "hybrid/warm"],
+        ["--texts", "wikitext,edits", "--drafters", "none,hybrid/warm"],
+    ):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        assert "fed the text between the windows" in capsys.readouterr().err
