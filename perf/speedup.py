@@ -974,7 +974,9 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
                         kept = None
                         if base != name and w.source is not None:
                             # a new one per round: the previous round's would have seen this window
-                            kept = warm.setdefault((rnd, w.name, name, k), warm_drafter(base, static, k, max_length))
+                            if (rnd, w.name, name, k) not in warm:
+                                warm[(rnd, w.name, name, k)] = warm_drafter(base, static, k, max_length)
+                            kept = warm[(rnd, w.name, name, k)]
                             feed(kept, w.source, w.starts[i], k)  # the text since its last window, untimed
                             kept.pos = w.starts[i] + len(prompt) + args.new_tokens  # this window joins it
                         if name == "none":

@@ -397,3 +397,24 @@ def test_warm_drafters_only_when_asked_and_where_there_is_a_text_between_windows
             main(argv)
         assert e.value.code == 2
         assert "fed the text between the windows" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_warm_drafters_in_the_generation_loop(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The small model, two WikiText windows: the warm drafter is fed everything between them and
+    the outputs equal plain greedy's (exit code 0)."""
+    torch_with_transformers()
+    from perf._common import data_dir
+    from perf.speedup import WARM_CHUNK, _windows, main
+
+    out = tmp_path / "warm.json"
+    argv = ["--model", "small", "--k", "4", "--rounds", "1", "--prompts", "2", "--context", "64", "--new-tokens", "16"]
+    assert main([*argv, "--texts", "wikitext", "--drafters", "none,hybrid,hybrid/warm", "--json", str(out)]) == 0
+    wiki = np.fromfile(data_dir() / "wiki.test.raw.llama3.bin", dtype="<i4").tolist()
+    s = _windows(wiki, 2, 64, 16, "wikitext").starts[1]
+    fed = s - 80 - -(-(s - 80) // WARM_CHUNK)  # after the first window's 80 tokens; each chunk's first given
+    assert f"hybrid/warm k=4 round 1 wikitext: fed {fed:,} tokens" in capsys.readouterr().err
+    import json
+
+    runs = json.loads(out.read_text())["runs"]
+    assert sorted(r["drafter"] for r in runs) == ["hybrid", "hybrid", "hybrid/warm", "hybrid/warm", "none", "none"]
