@@ -331,6 +331,8 @@ def test_warm_drafters_are_fed_the_text_before_each_window_and_never_the_window(
     s = w.starts[1]
     # the second window continues with `before`, which occurred from 2000 on; `after` comes at 11000
     text[s + 62 : s + 64 + 40] = text[1998:2000] + before  # the prompt ends as the text did before it
+    marker = list(range(300, 320))  # only in the window's prompt: a drafter fed past the window knows it
+    text[s + 10 : s + 30] = marker
     w = _windows(text, 2, 64, 40, "text")
     assert w.truth is not None and w.truth[1] == before and w.prompts[1][-2:] == text[1998:2000]
     for name in ("hybrid", "llama"):
@@ -341,6 +343,8 @@ def test_warm_drafters_are_fed_the_text_before_each_window_and_never_the_window(
         feed(kept, text, s, 8)
         chunks = -(-(s - 104) // WARM_CHUNK)
         assert kept.pos == s and kept.fed_tokens == s - 104 - chunks  # each chunk's first token is given
+        with kept.drafter.request(marker[:3]) as req:  # nor the window's own prompt, before its turn
+            assert not set(req.propose()) & set(marker[3:]), name
         with kept.drafter.request(w.prompts[1]) as req:
             warm = req.propose()
         with lookupdec_drafter(name, None, 8).request(w.prompts[1]) as req:
