@@ -144,7 +144,7 @@ class Workload:
     name: str
     prompts: list[list[int]]
     truth: list[list[int]] | None = None
-    source: list[int] | None = None
+    source: Sequence[int] | None = None
     """The text the windows were cut from (``/warm`` drafters are fed it between windows), if one."""
     starts: list[int] = field(default_factory=list)
     """Where each window's prompt starts in ``source``."""
@@ -158,7 +158,7 @@ def _windows(tokens: Sequence[int], n: int, context: int, new: int, name: str) -
         name,
         [list(tokens[s : s + context]) for s in starts],
         [list(tokens[s + context : s + span]) for s in starts],
-        list(tokens),
+        tokens,  # not copied: read only, and only by /warm drafters
         starts,
     )
 
