@@ -20,14 +20,17 @@ with the KV cache, as an engine runs it. Drafters run side by side in one proces
 - ``lcp-pld`` (``--engine llama-cpp``): llama-cpp-python's own ``LlamaPromptLookupDecoding``;
 - with ``--baseline REV``, ``NAME@REV`` beside each adaptive lookupdec drafter: the same, its
   ``DraftLength`` as git revision REV has it (a change to the controller, in the real engine);
-- ``NAME/warm`` (only when asked for; ``--engine transformers``, ``--texts wikitext,code``): the
-  drafter a server keeps, not a fresh one per generation. One drafter per variant, k, text and
-  round goes through the text in order: before each window it is fed the text since the previous
-  window (up to the window's prompt) as earlier requests, in llama-lookup-stats' teacher-forced
-  loop (chunks of 4,096 tokens, no model), and the window's own generation then joins it. It
-  never sees a window's text before generating it. For ``llama``, ``hybrid`` and
-  ``hybrid+static`` one ``Drafter`` (its history, dynamic cache and the hybrid policy's
-  statistics); for ``suffix`` and ``suffix4`` one ``SuffixDecodingCache`` (its global tree).
+- ``NAME/warm`` (only when asked for): the drafter a server keeps, not a fresh one per
+  generation. On texts cut into windows (``--texts wikitext,code``), one drafter per variant, k,
+  text and round goes through the text in order: before each window it is fed the text since the
+  previous window (up to the window's prompt) as earlier requests, in llama-lookup-stats'
+  teacher-forced loop (chunks of 4,096 tokens, no model), and the window's own generation then
+  joins it. On a trained model's task prompts (``smollm2``, ``gemma3``, either engine), one
+  drafter per variant, k and round serves the round's prompts in turn, as a server its requests:
+  the earlier prompts and the model's output for them are its past. It never sees a window's
+  text or a prompt before generating it. For ``llama``, ``hybrid`` and ``hybrid+static`` one
+  ``Drafter`` (its history, dynamic cache and the hybrid policy's statistics); for ``suffix``
+  and ``suffix4`` one ``SuffixDecodingCache`` (its global tree).
 
 ``--burst START,SECONDS`` puts a busy process on every core for SECONDS, from START seconds after
 the first generation: another job's load on a shared machine, on purpose.
@@ -62,6 +65,8 @@ the measured one (docs/speedup.md).
     python -m perf speedup --model smollm2 --threads 1
     python -m perf speedup --engine llama-cpp --model smollm2 --threads 1
     python -m perf speedup --engine llama-cpp --model gemma3 --threads 1 --rounds 2
+    python -m perf speedup --engine llama-cpp --model smollm2 --threads 1 --k 8 --prompts 16 \
+        --drafters none,hybrid,hybrid/warm,suffix,suffix/warm   # a server's drafter, kept across requests
 """
 
 from __future__ import annotations
@@ -305,11 +310,18 @@ def task_prompts(sets: int = 1) -> list[tuple[str, str, bool]]:
     return out
 
 
-def llama_cpp_task_prompts(llm: Any, instruct: bool = True) -> list[tuple[str, list[int]]]:
-    """(name, ids) of :func:`task_prompts` in llama-cpp-python: for SmolLM2 (``instruct``) the chat
-    prompts in its template; for a base model (Gemma 3 270M) the texts as they are, after BOS."""
+def some_task_prompts(n: int = 4) -> list[tuple[str, str, bool]]:
+    """The first ``n`` of :func:`task_prompts`' sets, in order (1..``4 * TASK_SETS``)."""
+    if not 1 <= n <= 4 * TASK_SETS:
+        raise ValueError(f"the task prompts number 1..{4 * TASK_SETS}, got {n}")
+    return task_prompts(-(-n // 4))[:n]
+
+
+def llama_cpp_task_prompts(llm: Any, instruct: bool = True, n: int = 4) -> list[tuple[str, list[int]]]:
+    """(name, ids) of the first ``n`` task prompts in llama-cpp-python: for SmolLM2 (``instruct``)
+    the chat prompts in its template; for a base model (Gemma 3 270M) the texts as they are, after BOS."""
     out = []
-    for name, text, chat in task_prompts():
+    for name, text, chat in some_task_prompts(n):
         if chat and instruct:
             text = f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
         out.append((name, llm.tokenize(text.encode(), add_bos=not instruct, special=instruct)))
@@ -580,6 +592,8 @@ class WarmDrafter:
     pos: int = 0
     fed_steps: int = 0
     fed_tokens: int = 0
+    served: int = 0
+    """Generations it drafted for."""
 
 
 def warm_drafter(name: str, static: Any, k: int, max_length: int) -> WarmDrafter:
@@ -593,6 +607,47 @@ def warm_drafter(name: str, static: Any, k: int, max_length: int) -> WarmDrafter
         return WarmDrafter(peer, peer)
     drafter = lookupdec_drafter(name, static, k)
     return WarmDrafter(drafter, LookupdecDrafter("", k, drafter=drafter))
+
+
+REQUESTS: Final = "requests"
+"""The key of the warm drafters kept across task prompts (every prompt of a round is one server's request)."""
+
+
+def kept_drafter(
+    warm: dict[tuple[int, str, str, int], WarmDrafter], rnd: int, w: Workload, i: int, name: str, static: Any,
+    k: int, max_length: int,
+) -> WarmDrafter | None:  # fmt: skip
+    """The ``/warm`` drafter for this generation (None: ``name`` is not a warm one: a fresh drafter).
+
+    A new one per round (the previous round's would have seen this window or prompt). On a text
+    cut into windows (``w.source``), one per text, fed the text since its last window first
+    (untimed); on task prompts, one for all the prompts of the round, which it serves in turn as a
+    server its requests: nothing is fed, the earlier prompts and their generations are its past."""
+    base = name.removesuffix(WARM)
+    if base == name:
+        return None
+    key = (rnd, w.name if w.source is not None else REQUESTS, name, k)
+    if key not in warm:
+        warm[key] = warm_drafter(base, static, k, max_length)
+    kept = warm[key]
+    if w.source is not None:
+        feed(kept, w.source, w.starts[i], k)  # the text since its last window
+        kept.pos = w.starts[i] + max_length  # this window's prompt and generation join it
+    kept.served += 1
+    return kept
+
+
+def report_warm(warm: dict[tuple[int, str, str, int], WarmDrafter]) -> None:
+    """Print (stderr) what each warm drafter was fed or served."""
+    for (rnd, text, name, k), kept in sorted(warm.items()):
+        if text == REQUESTS:
+            print(f"{name} k={k} round {rnd + 1}: kept across {kept.served} requests in turn", file=sys.stderr)
+        else:
+            print(
+                f"{name} k={k} round {rnd + 1} {text}: fed {kept.fed_tokens:,} tokens of the text between its "
+                f"windows ({kept.fed_tokens / max(1, kept.fed_steps):.3f} tokens/step there)",
+                file=sys.stderr,
+            )
 
 
 def feed(warm: WarmDrafter, tokens: Sequence[int], upto: int, k: int) -> None:
@@ -617,8 +672,8 @@ class SuffixDraftModel:
     ``LlamaDraftModel`` is, with the committed history (the prompt, then every token sampled so
     far), and always asked for ``k`` tokens, as ``LlamaPromptLookupDecoding`` is."""
 
-    def __init__(self, n_prompt: int, max_length: int, k: int, **speculate: Any) -> None:
-        self._propose = SuffixProposer(n_prompt, max_length, k, **speculate)
+    def __init__(self, n_prompt: int, max_length: int, k: int, peer: Any = None, **speculate: Any) -> None:
+        self._propose = SuffixProposer(n_prompt, max_length, k, peer, **speculate)
         self.k = k
 
     def __call__(self, input_ids: Any, /, **kwargs: Any) -> Any:
@@ -794,7 +849,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--k", default="4,8", help="draft lengths, comma-separated (default: 4,8)")
     p.add_argument("--drafters", default=None, help="comma-separated (default: every drafter of the engine)")
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds (default: 2)")
-    p.add_argument("--prompts", type=int, default=3, help="teacher-forced windows per text (default: 3)")
+    p.add_argument(
+        "--prompts",
+        type=int,
+        default=None,
+        help=f"teacher-forced windows per text (default: 3); with a trained model (smollm2, gemma3), task prompts "
+        f"(default: 4, the first set; up to {4 * TASK_SETS}: the four tasks on other material)",
+    )
     p.add_argument("--context", type=int, default=512, help="teacher-forced prompt tokens (default: 512)")
     p.add_argument("--new-tokens", type=int, default=128, help="tokens generated per prompt (default: 128)")
     p.add_argument("--threads", type=int, default=None, help="torch / llama.cpp threads (default: the engine's)")
@@ -845,11 +906,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--engine llama-cpp runs --model {' or '.join(LLAMA_CPP_MODELS)}")
     if args.engine == "transformers" and args.model == "gemma3":
         p.error("--model gemma3 runs in --engine llama-cpp")
-    if WARM in (args.drafters or "") and (
-        args.engine != "transformers" or args.model not in CONFIGS or "edits" in args.texts.split(",")
-    ):
-        p.error(f"NAME{WARM} drafters run in --engine transformers --model {' or '.join(CONFIGS)} on texts cut "
-                "from one text (--texts wikitext,code): they are fed the text between the windows")  # fmt: skip
+    if WARM in (args.drafters or "") and args.model in CONFIGS and "edits" in args.texts.split(","):
+        p.error(f"NAME{WARM} drafters run on task prompts or on texts cut from one text (--texts wikitext,code), "
+                "where they are fed the text between the windows: the edit pairs have none")  # fmt: skip
+    if args.prompts is None:
+        args.prompts = 3 if args.model in CONFIGS else 4
+    if args.prompts < 1 or (args.model not in CONFIGS and args.prompts > 4 * TASK_SETS):
+        want = ">= 1" if args.model in CONFIGS else f"in 1..{4 * TASK_SETS} (the task prompts)"
+        p.error(f"--prompts must be {want}, got {args.prompts}")
     try:
         if args.engine == "transformers":
             runs, curves, meta = _transformers(args, ks)
@@ -926,7 +990,7 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
         n_vocab = int(model.config.vocab_size)
         eos = frozenset([int(tok.eos_token_id)]) if tok.eos_token_id is not None else frozenset()
         workloads = []
-        for name, text, chat in task_prompts():
+        for name, text, chat in some_task_prompts(args.prompts):
             ids = (
                 tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
                 if chat else tok(text)["input_ids"]
@@ -971,14 +1035,7 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
                     for name in order:
                         max_length = len(prompt) + args.new_tokens
                         base = name.removesuffix(WARM)
-                        kept = None
-                        if base != name and w.source is not None:
-                            # a new one per round: the previous round's would have seen this window
-                            if (rnd, w.name, name, k) not in warm:
-                                warm[(rnd, w.name, name, k)] = warm_drafter(base, static, k, max_length)
-                            kept = warm[(rnd, w.name, name, k)]
-                            feed(kept, w.source, w.starts[i], k)  # the text since its last window, untimed
-                            kept.pos = w.starts[i] + len(prompt) + args.new_tokens  # this window joins it
+                        kept = kept_drafter(warm, rnd, w, i, name, static, k, max_length)  # feeds it, untimed
                         if name == "none":
                             propose: Any = no_draft
                         elif name == "hf-pld":
@@ -1003,12 +1060,7 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
                             print(f"OUTPUT DIFFERS: {w.name} prompt {i} k={k} {name}", file=sys.stderr)
     for proc in burst:
         proc.terminate()
-    for (rnd, text, name, k), kept in sorted(warm.items()):
-        print(
-            f"{name} k={k} round {rnd + 1} {text}: fed {kept.fed_tokens:,} tokens of the text between its windows "
-            f"({kept.fed_tokens / max(1, kept.fed_steps):.3f} tokens/step there)",
-            file=sys.stderr,
-        )
+    report_warm(warm)
     title = f"transformers, {args.model}"
     meta = dict(note=note, title=title, engine="transformers", model=args.model, identical=identical)
     return runs, curves, meta
@@ -1036,7 +1088,7 @@ def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict
         )  # fmt: skip
     n_vocab = int(llm.n_vocab())
     workloads = []
-    for name, ids in llama_cpp_task_prompts(llm, instruct):
+    for name, ids in llama_cpp_task_prompts(llm, instruct, args.prompts):
         workloads.append(Workload(name, [ids]))
     corpus_text = (data_dir() / "enwiki_wt.10M.txt").read_text(encoding="utf-8")[:2_000_000]
     static = lookupdec.build_static(llm.tokenize(corpus_text.encode(), add_bos=False))
@@ -1046,8 +1098,9 @@ def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict
     outputs: dict[str, list[int]] = {}
     identical = True
     turn = 0
+    warm: dict[tuple[int, str, str, int], WarmDrafter] = {}
     burst = load_burst(*args.burst)
-    for _ in range(args.rounds):
+    for rnd in range(args.rounds):
         for w in workloads:
             prompt = w.prompts[0]
             for k in ks:
@@ -1055,18 +1108,18 @@ def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict
                 turn += 1
                 for name in order:
                     dm: Any
+                    max_length = len(prompt) + args.new_tokens
+                    base = name.removesuffix(WARM)
+                    kept = kept_drafter(warm, rnd, w, 0, name, static, k, max_length)
                     if name == "none":
                         dm = None
                     elif name == "lcp-pld":
                         dm = LlamaPromptLookupDecoding(num_pred_tokens=k)
-                    elif name in SUFFIX_DRAFTERS:
-                        max_length = len(prompt) + args.new_tokens
-                        dm = SuffixDraftModel(len(prompt), max_length, k, **SUFFIX_DRAFTERS[name])
+                    elif base in SUFFIX_DRAFTERS:
+                        peer = kept.drafter if kept else None
+                        dm = SuffixDraftModel(len(prompt), max_length, k, peer, **SUFFIX_DRAFTERS[base])
                     else:
-                        policy = "llama" if name.startswith("llama") else "hybrid"
-                        drafter = lookupdec.Drafter(
-                            static=static if "static" in name else None, n_draft=k, policy=policy
-                        )
+                        drafter = kept.drafter if kept else lookupdec_drafter(name, static, k)
                         ctl = controller(controllers, name, k)
                         dm = LookupDraftModel(drafter, stop=(llm.token_eos(),), n_vocab=n_vocab, adaptive=ctl)
                     run = llama_cpp_run(llm, name, dm, prompt, k, args.new_tokens, w.name)
@@ -1078,6 +1131,7 @@ def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict
                         print(f"OUTPUT DIFFERS: {w.name} k={k} {name}", file=sys.stderr)
     for proc in burst:
         proc.terminate()
+    report_warm(warm)
     note = (
         f"llama-cpp-python, {label}, {threads} thread(s): the model's own greedy output; "
         "steps for a draft model are its calls; tok/s excludes the prefill"

@@ -136,11 +136,11 @@ def chat_prompts(model_dir: Path, n: int = 4) -> list[tuple[str, list[int]]]:
     """(name, ids) of the first ``n`` task prompts, the instruct ones in the model's chat template."""
     from transformers import AutoTokenizer
 
-    from perf.speedup import task_prompts
+    from perf.speedup import some_task_prompts
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     out = []
-    for name, text, chat in task_prompts(-(-n // 4))[:n]:
+    for name, text, chat in some_task_prompts(n):
         if chat:
             ids: Any = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
             ids = ids["input_ids"] if hasattr(ids, "keys") else ids

@@ -267,6 +267,21 @@ def test_perf_speedup_llama_cpp_reports_every_drafter(
     assert "tok/s" in out and "speedup" in out
 
 
+def test_perf_speedup_llama_cpp_warm_drafter_serves_the_prompts_in_turn(
+    smollm2: Path, llama_cpp: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server's drafter in the real engine: one kept across three task prompts, its output
+    identical to plain greedy's (exit code 0) and each prompt's generation one of its requests."""
+    from perf.speedup import main
+
+    argv = ["--engine", "llama-cpp", "--model", "smollm2", "--k", "4", "--rounds", "1", "--new-tokens", "16"]
+    rc = main([*argv, "--prompts", "3", "--drafters", "none,hybrid,hybrid/warm"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.out
+    assert "hybrid/warm k=4 round 1: kept across 3 requests in turn" in captured.err
+    assert " hybrid/warm " in captured.out and "summarize" in captured.out
+
+
 def test_lookupdec_tokenizes_smollm2_as_llama_cpp(llama_cpp: Any, smollm2: Path) -> None:
     # SmolLM2's GGUF says tokenizer.ggml.pre = "smollm": GPT-2's split, every digit a piece.
     from lookupdec.tokenizer import load_tokenizer

@@ -72,7 +72,7 @@ class _RecordingLlama:
 
 def test_more_prompts_are_the_four_tasks_on_other_material() -> None:
     from perf._common import data_dir
-    from perf.speedup import TASK_SETS, task_prompts
+    from perf.speedup import TASK_SETS, some_task_prompts, task_prompts
 
     if not (data_dir() / "wiki.test.raw").is_file():
         # the wheel check copies tests/ and perf/ out of the checkout, away from ../shared
@@ -88,6 +88,10 @@ def test_more_prompts_are_the_four_tasks_on_other_material() -> None:
     for bad in (0, TASK_SETS + 1):
         with pytest.raises(ValueError, match="sets must be in"):
             task_prompts(bad)
+    assert some_task_prompts(6) == prompts[:6] and some_task_prompts(4 * TASK_SETS) == prompts
+    for bad in (0, 4 * TASK_SETS + 1):
+        with pytest.raises(ValueError, match="task prompts number"):
+            some_task_prompts(bad)
 
 
 def test_task_prompts_take_the_chat_template_only_for_an_instruct_model() -> None:
@@ -375,7 +379,7 @@ def test_warm_suffix_decoding_keeps_one_cache_across_generations(fake_suffix: li
     assert speculations[-1][4] == {"max_spec_factor": 4.0}
 
 
-def test_warm_drafters_only_when_asked_and_where_there_is_a_text_between_windows(
+def test_warm_drafters_only_when_asked_and_never_on_the_edit_pairs(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     import argparse
@@ -392,15 +396,45 @@ def test_warm_drafters_only_when_asked_and_where_there_is_a_text_between_windows
     controllers: dict[tuple[str, int], Any] = {}
     assert controller(controllers, "hybrid/fixed/warm", 4) is False
     assert controller(controllers, "hybrid/warm", 4) is not controller(controllers, "hybrid", 4)
-    for argv in (
-        ["--engine", "llama-cpp", "--model", "smollm2", "--drafters", "hybrid/warm"],
-        ["--model", "smollm2", "--drafters", "hybrid/warm"],
-        ["--texts", "wikitext,edits", "--drafters", "none,hybrid/warm"],
+    with pytest.raises(SystemExit) as e:
+        main(["--texts", "wikitext,edits", "--drafters", "none,hybrid/warm"])
+    assert e.value.code == 2
+    assert "the edit pairs have none" in capsys.readouterr().err
+    for argv, said in (
+        (["--engine", "llama-cpp", "--model", "smollm2", "--prompts", "17"], "in 1..16 (the task prompts), got 17"),
+        (["--model", "small", "--prompts", "0"], "must be >= 1, got 0"),
     ):
         with pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 2
-        assert "fed the text between the windows" in capsys.readouterr().err
+        assert said in capsys.readouterr().err
+
+
+def test_warm_drafters_on_task_prompts_serve_the_rounds_requests_in_turn() -> None:
+    """On task prompts (no text between them), one warm drafter per variant, k and round serves
+    every prompt of the round: the second prompt's drafter knows the first's generation, a new
+    round's does not, and nothing is fed."""
+    from perf.speedup import REQUESTS, WarmDrafter, Workload, kept_drafter, report_warm
+
+    warm: dict[tuple[int, str, str, int], WarmDrafter] = {}
+    first, second = Workload("rename", [[1, 2, 3]]), Workload("summarize", [[4, 5, 6]])
+    assert kept_drafter(warm, 0, first, 0, "hybrid", None, 8, 64) is None  # not a warm drafter: a fresh one
+    kept = kept_drafter(warm, 0, first, 0, "hybrid/warm", None, 8, 64)
+    assert kept is not None and kept.fed_tokens == 0
+    passage = list(range(500, 540))
+    with kept.drafter.request([1, 2, 3]) as req:  # the first request's generation: the passage, twice
+        req.extend([*passage, 7, 8, *passage])
+    again = kept_drafter(warm, 0, second, 0, "hybrid/warm", None, 8, 64)
+    assert again is kept and kept.served == 2 and kept.fed_tokens == 0
+    with kept.drafter.request([9, *passage[:4]]) as req:
+        assert req.propose()[:4] == passage[4:8]  # it learned from the earlier request
+    other_k = kept_drafter(warm, 0, second, 0, "hybrid/warm", None, 4, 64)
+    next_round = kept_drafter(warm, 1, first, 0, "hybrid/warm", None, 8, 64)
+    assert other_k is not None and next_round is not None and len({id(kept), id(other_k), id(next_round)}) == 3
+    with next_round.drafter.request([9, *passage[:4]]) as req:
+        assert req.propose()[:1] != passage[4:5]
+    assert {key[1] for key in warm} == {REQUESTS}
+    report_warm(warm)
 
 
 @pytest.mark.slow
