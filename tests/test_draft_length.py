@@ -451,3 +451,52 @@ def test_a_new_generation_explores_afresh() -> None:
     ctl.start()
     after = [ctl.choose() for _ in range(8)]
     assert after == [0] * 7 + [1]
+
+
+GEMMA3_CURVE = (20.5, 46.3, 54.1, 60.5, 94.8, 100.9, 111.6, 89.7, 121.6)
+"""Gemma 3 270M in llama-cpp-python, ms for 1..9 tokens (docs/speedup.md): one drafted token can never pay."""
+
+
+def test_an_exploring_draft_accepted_whole_climbs_a_ladder() -> None:
+    # Where verifying 2 tokens costs 2.3 single steps, a one-token draft cannot pay even when
+    # accepted, so exploring one token at a time never shows the tables that a copy has begun.
+    # An exploring draft accepted whole is followed at once by the shortest draft from twice its
+    # length that would pay if accepted whole: 1, then 2 (3 tokens for 2.6 steps), 4, 8.
+    k = 8
+    ctl = DraftLength(k)
+    for n, ms in enumerate(GEMMA3_CURVE, start=1):
+        ctl.observe_step(n, ms / 1000)
+    for _ in range(100):  # earlier text: every draft's second token rejected, in every streak, from either source
+        for src in (RULE, SUFFIX):
+            ctl.start()
+            ctl.observe_accept(k, 1, src)
+            ctl.observe_accept(1, 1, src)
+            ctl.observe_accept(k, 1, src)
+            ctl.observe_accept(1, 1, src)
+            ctl.observe_accept(1, 1, src)
+            ctl.observe_accept(k, 1, src)
+    ctl.start()
+    lengths = copy(ctl, 60)
+    assert lengths[:11] == [0] * 7 + [1, 2, 4, 8]
+    assert lengths[-40:] == [k] * 40  # the tables followed: drafted whole
+    # a rejected rung ends the ladder: exploring waits again
+    ctl.start()
+    assert [ctl.choose() for _ in range(8)] == [0] * 7 + [1]
+    ctl.observe_accept(1, 1)
+    assert ctl.choose() == 2
+    ctl.observe_accept(2, 1)
+    assert ctl.choose() == 0
+    # the hybrid policy's suffix match alone does not climb
+    ctl.start()
+    assert [ctl.choose() for _ in range(8)] == [0] * 7 + [1]
+    ctl.observe_accept(1, 1, SUFFIX)
+    assert ctl.choose() == 0
+
+
+def test_no_ladder_where_no_draft_could_pay() -> None:
+    # Verifying each drafted token costs 1.5 single steps: no draft pays even accepted whole,
+    # so an exploring token accepted is not followed by a longer draft.
+    ctl = trained(4, lambda n: 1.0 + 1.5 * (n - 1), 0, 4)
+    assert [ctl.choose() for _ in range(8)] == [0] * 7 + [1]
+    ctl.observe_accept(1, 1)
+    assert ctl.choose() == 0

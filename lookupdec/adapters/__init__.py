@@ -83,6 +83,12 @@ class DraftLength:
     becomes predictable again is noticed (then after twice as many, up to 64 times ``explore``,
     while drafting still does not pay). Those steps are counted per streak: "no draft" ends a
     streak, so a streak whose table says "draft nothing" would otherwise never be observed again.
+    An exploring draft of llama.cpp's rule accepted whole is followed at once by the shortest
+    draft from twice its length that would pay were it accepted whole, and so on up to ``k``
+    while they are accepted whole (the ladder): where one drafted token costs more than it can
+    yield (a steep CPU curve, ``T(2)`` near ``2 T(1)``), exploring one token at a time never
+    shows that a copy has begun. (Measured in llama-cpp-python with SmolLM2 and Gemma 3 on
+    sixteen task prompts, against the controller without it: docs/speedup.md.)
 
     Within a streak of whole drafts, a length ``d`` that pays is probed one token further
     (``d + 1`` is sent) when position ``d + 1`` has been reached less than half as often as
@@ -136,6 +142,8 @@ class DraftLength:
         self._reset_waits()
         self._probing = False  # the last choose() probed one position further
         self._explored = False  # the last choose() was an exploring (or probing) draft: fit() keeps it
+        self._ladder = 0  # the next draft's length at least: an exploring draft accepted whole, doubled
+        self._climbing = False  # the last draft sent was an exploring one or the ladder's
         self._chosen_costs = [1.0] * (k + 1)  # the costs choose() used: fit() comes in the same step
 
     def observe_step(self, verified: int, seconds: float) -> None:
@@ -159,6 +167,16 @@ class DraftLength:
 
         ``source``: where the draft came from (:data:`RULE` or :data:`SUFFIX`)."""
         probed, self._probing = self._probing, False
+        climbed, self._climbing = self._climbing, False
+        # An exploring draft accepted whole is followed at once by one twice as long, and so on
+        # up to k while they are accepted whole: the ladder. Where one token cannot pay for its
+        # verification (Gemma 3 in llama.cpp: T(2) 2.3x T(1)), exploring one token at a time
+        # never shows that longer drafts would (docs/speedup.md: a copy task drafted 3 tokens in
+        # 92 steps after other prompts had taught the tables that drafts fail). Only llama.cpp's
+        # rule's drafts climb: with the hybrid policy's suffix-only drafts climbing too, its
+        # real-engine runs gained less (docs/performance-log.md, 2026-12-07 morning).
+        whole = climbed and source == RULE and drafted > 0 and accepted >= drafted
+        self._ladder = min(self.k, 2 * drafted) if whole else 0
         if drafted <= 0:
             self._streak = 0
             return
@@ -191,6 +209,8 @@ class DraftLength:
         last ones did not, and after a few texts that never paid the wait would outlast it.
         """
         self._streak = 0
+        self._ladder = 0
+        self._climbing = False
         self._reset_waits()
 
     def _reset_waits(self) -> None:
@@ -293,7 +313,16 @@ class DraftLength:
                     self._explore(0, best)  # a draft is sent: the idle count restarts
                     self._probing = self._explored = True
                     return best + 1
-        self._explored = self._explore(0, best)
+        if self._ladder > best:
+            # the ladder's next rung: the shortest draft from twice the last that would pay were
+            # it accepted whole (where none would, as where verifying costs more than it can
+            # yield, there is no ladder)
+            floor = (1.0 + self.margin) / costs[0]
+            rung = next((d for d in range(self._ladder, self.k + 1) if (d + 1) / costs[d] > floor), 0)
+            if rung > best:
+                self._explored = self._climbing = True  # sent whole by fit(), and followed by a longer one
+                return rung
+        self._explored = self._climbing = self._explore(0, best)
         return 1 if self._explored else best
 
     def fit(self, drafted: int, source: int) -> int:
