@@ -410,7 +410,9 @@ def test_warm_drafters_only_when_asked_and_never_on_the_edit_pairs(
         assert said in capsys.readouterr().err
 
 
-def test_warm_drafters_on_task_prompts_serve_the_rounds_requests_in_turn() -> None:
+def test_warm_drafters_on_task_prompts_serve_the_rounds_requests_in_turn(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """On task prompts (no text between them), one warm drafter per variant, k and round serves
     every prompt of the round: the second prompt's drafter knows the first's generation, a new
     round's does not, and nothing is fed."""
@@ -435,6 +437,9 @@ def test_warm_drafters_on_task_prompts_serve_the_rounds_requests_in_turn() -> No
         assert req.propose()[:1] != passage[4:5]
     assert {key[1] for key in warm} == {REQUESTS}
     report_warm(warm)
+    err = capsys.readouterr().err
+    assert "hybrid/warm k=8 round 1: kept across 2 requests in turn" in err
+    assert "hybrid/warm k=4 round 1: kept across 1 requests in turn" in err
 
 
 @pytest.mark.slow
