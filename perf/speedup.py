@@ -796,6 +796,20 @@ def overall(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+TICKS_FLAT: Final = 8
+"""Up to this many bar groups, the plot's workload labels are level; more (16 task prompts) are slanted."""
+
+
+def tick_labels(groups: Sequence[tuple[str, int]]) -> tuple[list[str], int]:
+    """The plot's labels of its (workload, k) bar groups, and their rotation in degrees.
+
+    k is named only where the run had more than one; beyond :data:`TICKS_FLAT` groups the
+    labels are slanted, or they would overlap."""
+    one_k = len({k for _, k in groups}) == 1
+    labels = [w if one_k else f"{w}\nk={k}" for w, k in groups]
+    return labels, (40 if len(groups) > TICKS_FLAT else 0)
+
+
 def plot(rows: list[dict[str, Any]], curves: dict[str, list[float]], path: str, title: str) -> None:
     import matplotlib
 
@@ -813,7 +827,14 @@ def plot(rows: list[dict[str, Any]], curves: dict[str, list[float]], path: str, 
         ]
         ax1.bar([i + j * width for i in range(len(groups))], vals, width, label=d)
     ax1.axhline(1.0, color="black", linewidth=0.8)
-    ax1.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))], [f"{w}\nk={k}" for w, k in groups])
+    labels, rotation = tick_labels(groups)
+    ax1.set_xticks(
+        [i + 0.4 - width / 2 for i in range(len(groups))],
+        labels,
+        rotation=rotation,
+        ha="right" if rotation else "center",
+        rotation_mode="anchor",
+    )
     ax1.tick_params(axis="x", labelsize=8)
     ax1.set_ylabel("tokens/s over plain greedy")
     ax1.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.16))

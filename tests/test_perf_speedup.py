@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from perf.length_replay import REPO
-from perf.speedup import Run, summarize
+from perf.speedup import TICKS_FLAT, Run, summarize, tick_labels
 from tests.conftest import torch_with_transformers
 
 
@@ -461,3 +461,13 @@ def test_warm_drafters_in_the_generation_loop(tmp_path: Any, capsys: pytest.Capt
 
     runs = json.loads(out.read_text())["runs"]
     assert sorted(r["drafter"] for r in runs) == ["hybrid", "hybrid", "hybrid/warm", "hybrid/warm", "none", "none"]
+
+
+def test_plot_labels_name_k_only_where_it_varies_and_slant_when_many() -> None:
+    labels, rotation = tick_labels([("wikitext", 4), ("wikitext", 8)])
+    assert labels == ["wikitext\nk=4", "wikitext\nk=8"]
+    assert rotation == 0
+    tasks = [(f"rename-{i}", 8) for i in range(TICKS_FLAT + 1)]
+    labels, rotation = tick_labels(tasks)
+    assert labels == [w for w, _ in tasks]
+    assert rotation > 0
