@@ -117,8 +117,9 @@ class RequestHost:
     this object, not the Drafter, and use only the names below.
     """
 
-    __slots__ = ("added", "cache", "draft", "dynamic", "hybrid", "id_limit", "n_draft", "owner", "static", "tally",
-                 "vocab_size", "waiting")  # fmt: skip
+    # __weakref__: lookupdec.adapters.IsolatedDrafter follows its requests' hosts without keeping them.
+    __slots__ = ("__weakref__", "added", "cache", "draft", "dynamic", "hybrid", "id_limit", "n_draft", "owner",
+                 "static", "tally", "vocab_size", "waiting")  # fmt: skip
 
     def __init__(
         self,

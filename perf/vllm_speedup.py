@@ -20,6 +20,10 @@ speculative configs:
 - ``hybrid/fixed``: the hybrid policy steered to its waste target instead of pricing each
   drafted token against the step's cost (``LOOKUPDEC_ADAPTIVE=0``; ``hybrid`` prices them, the
   adapter's default, :class:`lookupdec.adapters.BatchCost`).
+- ``llama/isolated``, ``hybrid/isolated``: the same with every request isolated
+  (``LOOKUPDEC_ISOLATE=1``, :class:`lookupdec.adapters.IsolatedDrafter`): a fresh drafter per
+  request, where the others share one across the engine's requests (the prompts one after the
+  other, in one engine per worker).
 
 With ``--tree DIR`` (another checkout, built in place: e.g. a git worktree of an earlier
 revision), every lookupdec config also runs from that tree as ``NAME@base``, in the same
@@ -67,12 +71,15 @@ FIXED: Final = "hybrid/fixed"
 BASE: Final = "@base"
 """Suffix of a config run from ``--tree``'s checkout instead of this one."""
 
+ISOLATED: Final = "/isolated"
+"""Suffix of a lookupdec config whose requests are isolated (``LOOKUPDEC_ISOLATE=1``)."""
+
 CONFIGS: Final = ("none", "vllm-ngram", "vllm-ngram/2-5", "llama", "hybrid", FIXED)
-"""The speculative configs ``--configs`` chooses from by default, besides ``hybrid/wW`` (the module's
-docstring says what each is)."""
+"""The speculative configs ``--configs`` chooses from by default, besides ``hybrid/wW`` and
+``llama/isolated``, ``hybrid/isolated`` (the module's docstring says what each is)."""
 
 
-POLICY_VARS: Final = ("LOOKUPDEC_POLICY", "LOOKUPDEC_TARGET_WASTE", "LOOKUPDEC_ADAPTIVE")
+POLICY_VARS: Final = ("LOOKUPDEC_POLICY", "LOOKUPDEC_TARGET_WASTE", "LOOKUPDEC_ADAPTIVE", "LOOKUPDEC_ISOLATE")
 """The variables that choose the adapter's policy: a worker takes them from its config alone."""
 
 
@@ -81,6 +88,9 @@ def lookupdec_env(config: str) -> dict[str, str]:
 
     Explicit about pricing, so that the caller's own ``LOOKUPDEC_ADAPTIVE`` cannot turn ``hybrid``
     into ``hybrid/fixed`` (the worker drops the caller's :data:`POLICY_VARS` too)."""
+    if config.endswith(ISOLATED):
+        env = lookupdec_env(config.removesuffix(ISOLATED))
+        return {**env, "LOOKUPDEC_ISOLATE": "1"} if env else {}
     if config == FIXED:
         return {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_ADAPTIVE": "0"}
     policy, sep, waste = config.partition("/w")
@@ -170,7 +180,7 @@ def speculative_config(config: str, k: int) -> dict[str, Any] | None:
                 ) from None
         proposer = "lookupdec.adapters.vllm.LookupProposer"
         return {"method": "custom_class", "model": proposer, "num_speculative_tokens": k}
-    raise ValueError(f"unknown config {config!r}: choose from {', '.join(CONFIGS)}, hybrid/wW")
+    raise ValueError(f"unknown config {config!r}: choose from {', '.join(CONFIGS)}, hybrid/wW, NAME/isolated")
 
 
 def _counters(llm: Any) -> dict[str, float]:

@@ -90,6 +90,27 @@ def test_greedy_output_identical_and_drafts_counted(
     assert drafter.stats.requests == 2 and drafter.stats.n_accept > stats.n_accept
 
 
+@pytest.mark.parametrize("policy", ["llama", "hybrid"])
+def test_isolated_generations_draft_alike(torch: Any, adapter: Any, policy: str) -> None:
+    # An IsolatedDrafter in place of a Drafter: each generation is a fresh Drafter's request, so
+    # a second generation of the same prompt drafts exactly what the first did (a shared Drafter
+    # drafts more there, from the first's output: the test above).
+    from lookupdec.adapters import IsolatedDrafter
+
+    model = tiny_model(torch, 0)
+    prompt = torch.tensor([PROMPT])
+    plain = model.generate(prompt, max_new_tokens=48, do_sample=False)
+    drafter = IsolatedDrafter(n_draft=4, policy=policy)
+    decoding = adapter.lookup_decoding(drafter, adaptive=False)
+    first = model.generate(prompt, max_new_tokens=48, do_sample=False, custom_generate=decoding)
+    once = drafter.stats
+    again = model.generate(prompt, max_new_tokens=48, do_sample=False, custom_generate=decoding)
+    assert first.tolist() == again.tolist() == plain.tolist()
+    twice = drafter.stats
+    assert twice.requests == 2 and drafter.open_requests == 0 and once.n_accept > 0
+    assert (twice.n_drafted, twice.n_accept) == (2 * once.n_drafted, 2 * once.n_accept)
+
+
 def test_drafter_keyword_on_transformers_5(torch: Any, adapter: Any) -> None:
     if transformers_major() < 5:
         pytest.skip("transformers 4.x refuses generate() arguments a custom_generate function adds")

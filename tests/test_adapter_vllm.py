@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import os
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 import lookupdec
+from lookupdec.adapters import IsolatedDrafter
 from lookupdec.adapters._vllm_rows import RowTracker
 from lookupdec.adapters.vllm import LookupProposer
 from lookupdec.formats import write_static
@@ -103,6 +105,51 @@ class VllmProposerTests(ImplTests):
         assert fake.moves > 10 and fake.swaps > 0 and fake.unscheduled > 10 and fake.skipped > 0
         assert fake.steps > fake.calls
         self.check_against_oracle(fake, proposer, requests, policy)
+
+    @pytest.mark.parametrize("policy", ["llama", "hybrid"])
+    def test_isolated_requests_draft_as_a_fresh_drafter_each(self, policy: str) -> None:
+        # LOOKUPDEC_ISOLATE's drafter: each request drafts what a fresh Drafter of its own drafts
+        # (the oracle: one per request id, driven through the same log), never what the others
+        # held; the same engine run with one shared Drafter drafts otherwise (the requests'
+        # texts overlap, so the shared one drafts from the others).
+        k, max_model_len = 6, 250
+        runs = {}
+        for isolate in (True, False):
+            if isolate:
+                drafter: Any = IsolatedDrafter(
+                    static=self.static(), n_draft=k, policy=policy, drafter_class=self.impl.Drafter
+                )
+            else:
+                drafter = self.impl.Drafter(static=self.static(), n_draft=k, policy=policy)
+            proposer = LookupProposer(vllm_config(k, max_model_len), drafter=drafter)
+            fake = FakeVllm(proposer, max_num_seqs=6, max_model_len=max_model_len, max_num_batched_tokens=24)
+            requests = make_requests(24, max_model_len)
+            fake.run(requests[:12], arrivals={5: requests[12:]})
+            runs[isolate] = (requests, fake, proposer)
+        requests, fake, proposer = runs[True]
+        own: dict[int, Any] = {}
+        expected: dict[int, list[tuple[int, list[int]]]] = {}
+        n_accept = 0
+        for _ended, committed in fake.log:
+            for rid, n, new in committed:
+                if rid not in own:
+                    own[rid] = self.impl.Drafter(static=proposer.drafter.static, n_draft=k, policy=policy).request(new)
+                else:
+                    own[rid].extend(new)
+                budget = min(k, fake.max_model_len - n)
+                expected.setdefault(rid, []).append((n, own[rid].propose(budget) if budget > 0 else []))
+        for req in own.values():
+            n_accept += req.n_accept
+            req.end()
+        assert {r.rid: r.proposals for r in requests} == expected
+        assert all(r.finished and r.output == r.text[: r.target_len] for r in requests)
+        shared = {r.rid: r.proposals for r in runs[False][0]}
+        assert sum(shared[r.rid] != r.proposals for r in requests) >= 6  # isolation changed the drafts
+        proposer.end_all()
+        gc.collect()  # the ended requests' Drafters go; their counts stay in the stats
+        stats = proposer.drafter.stats
+        assert stats.requests == len(requests) and proposer.drafter.open_requests == 0
+        assert stats.n_accept == n_accept == sum(r.n_accept_seen for r in requests) > 50
 
     @pytest.mark.parametrize("policy", ["llama", "hybrid"])
     def test_follows_requests_by_content_without_the_runner(self, policy: str) -> None:
@@ -388,6 +435,61 @@ def test_adaptive_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
                 LookupProposer(vllm_config(5, 100))
     with pytest.raises(ValueError, match="needs a Drafter"):
         LookupProposer(vllm_config(5, 100), drafter=lookupdec.Drafter(n_draft=5), adaptive=True)
+
+
+def test_isolated_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    static = tmp_path / "static.lkdc"
+    write_static([((1, 2, -1, -1), [(3, 4)])], static)
+    for name in ("LOOKUPDEC_TARGET_WASTE", "LOOKUPDEC_ADAPTIVE", "LOOKUPDEC_DYNAMIC"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LOOKUPDEC_STATIC", os.fspath(static))
+    monkeypatch.setenv("LOOKUPDEC_POLICY", "hybrid")
+    monkeypatch.setenv("LOOKUPDEC_ISOLATE", "1")
+    proposer = LookupProposer(vllm_config(5, 100))
+    drafter = proposer.drafter
+    assert isinstance(drafter, IsolatedDrafter) and drafter.policy == "hybrid" and proposer.cost is not None
+    rows = np.zeros((2, 100), dtype=np.int32)
+    rows[0, :3] = [9, 1, 2]
+    rows[1, :4] = [7, 7, 1, 2]
+    assert proposer.propose([[2], [2]], [3, 4], rows) == [[3], [3]]  # the static index is every request's
+    assert drafter.open_requests == 2 and drafter.dynamic_path is None
+    drafter.threshold = 0.25  # what the batch's step cost sets: every open request's Drafter, and new ones
+    assert {host.hybrid.threshold for host in drafter._live} == {0.25}
+    assert drafter.request([5, 6]).propose() == [] and {host.hybrid.threshold for host in drafter._live} == {0.25}
+    proposer.close()
+    monkeypatch.setenv("LOOKUPDEC_DYNAMIC", os.fspath(tmp_path / "dynamic.bin"))
+    with pytest.raises(ValueError, match=r"LOOKUPDEC_ISOLATE=1 isolates requests.*dynamic\.bin"):
+        LookupProposer(vllm_config(5, 100))
+    monkeypatch.delenv("LOOKUPDEC_DYNAMIC")
+    monkeypatch.setenv("LOOKUPDEC_ISOLATE", "maybe")
+    with pytest.raises(ValueError, match="LOOKUPDEC_ISOLATE must be 1 or 0, not 'maybe'"):
+        LookupProposer(vllm_config(5, 100))
+    monkeypatch.setenv("LOOKUPDEC_ISOLATE", "0")
+    assert isinstance(LookupProposer(vllm_config(5, 100)).drafter, lookupdec.Drafter)
+
+
+def test_isolated_drafter_alone() -> None:
+    tokens = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
+    llama = IsolatedDrafter(n_draft=3)
+    with pytest.raises(ValueError, match="threshold is the hybrid policy's"):
+        llama.threshold = 0.1
+    first = llama.request(tokens)
+    assert first.propose() == lookupdec.Drafter(n_draft=3).request(tokens).propose() == [3, 4, 1]
+    first.extend([3, 4])
+    first.end()
+    # a second request with the first's text drafts nothing from it: it has seen only [1, 2]
+    second = llama.request([1, 2])
+    assert second.propose() == [] and llama.open_requests == 1
+    llama.n_draft = 1
+    assert llama.n_draft == 1 and llama.request(tokens).propose() == [3]
+    del first
+    gc.collect()
+    assert llama.stats.requests == 3 and llama.stats.n_accept == 2 and llama.stats.proposals == 3
+    assert "IsolatedDrafter(policy='llama', n_draft=1" in repr(llama)
+    with pytest.raises(ValueError, match="n_draft must be >= 0"):
+        llama.n_draft = -1
+    with pytest.raises(ValueError, match="policy 'best'"):
+        IsolatedDrafter(policy="best")
 
 
 def env_workload(k: int = 6, max_model_len: int = 200) -> tuple[FakeVllm, LookupProposer, list[FakeRequest]]:

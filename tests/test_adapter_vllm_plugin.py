@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import lookupdec
-from lookupdec.adapters import vllm_plugin
+from lookupdec.adapters import IsolatedDrafter, vllm_plugin
 from lookupdec.adapters.vllm_plugin import RequestTable, drafter_from_options, pad_drafts, read_options
 from lookupdec.tokens import read_tokens
 
@@ -161,6 +161,18 @@ def test_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         read_options({"save_interval": -1})
     with pytest.raises(ValueError, match=r"speculator_options\['static'\] must be a string"):
         read_options({"static": 3})
+    monkeypatch.delenv("LOOKUPDEC_ISOLATE", raising=False)
+    isolated = drafter_from_options({"isolate": True, "policy": "hybrid"}, 5)
+    assert isinstance(isolated, IsolatedDrafter) and isolated.n_draft == 5 and isolated.policy == "hybrid"
+    monkeypatch.setenv("LOOKUPDEC_ISOLATE", "1")
+    assert isinstance(drafter_from_options(None, 5), IsolatedDrafter)  # the environment, for a key not given
+    assert not isinstance(drafter_from_options({"isolate": False}, 5), IsolatedDrafter)
+    with pytest.raises(ValueError, match=r"LOOKUPDEC_ISOLATE=1 isolates requests.*dyn\.bin"):
+        drafter_from_options({"dynamic": dyn}, 5)
+    with pytest.raises(ValueError, match=r"speculator_options\['isolate'\] isolates requests.*dyn\.bin"):
+        drafter_from_options({"dynamic": dyn, "isolate": True}, 5)
+    with pytest.raises(ValueError, match=r"speculator_options\['isolate'\] must be True or False, not 'yes'"):
+        drafter_from_options({"isolate": "yes"}, 5)
 
 
 def test_register_with_and_without_the_vllm_function(monkeypatch: pytest.MonkeyPatch) -> None:

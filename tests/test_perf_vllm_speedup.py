@@ -35,6 +35,17 @@ def test_speculative_configs() -> None:
     # priced: said explicitly, so that a caller's LOOKUPDEC_ADAPTIVE=0 cannot change the config
     assert vs.lookupdec_env("hybrid") == {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_ADAPTIVE": "1"}
     assert vs.lookupdec_env("hybrid/fixed") == {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_ADAPTIVE": "0"}
+    assert vs.lookupdec_env("hybrid/isolated") == {
+        "LOOKUPDEC_POLICY": "hybrid",
+        "LOOKUPDEC_ADAPTIVE": "1",
+        "LOOKUPDEC_ISOLATE": "1",
+    }
+    assert vs.lookupdec_env("llama/isolated") == {
+        "LOOKUPDEC_POLICY": "llama",
+        "LOOKUPDEC_ADAPTIVE": "0",
+        "LOOKUPDEC_ISOLATE": "1",
+    }
+    assert vs.lookupdec_env("vllm-ngram/isolated") == {}
     assert vs.speculative_config("hybrid/fixed", 4) == vs.speculative_config("hybrid", 4)
     for bad in ("hybrid/wsome", "hybrid/w65", "hybrid/w"):
         with pytest.raises(ValueError, match="not a number of tokens per step"):

@@ -6,6 +6,7 @@ never pulls torch, vLLM or llama-cpp-python. Install an engine with its extra:
 
 This package's own code (:class:`HistoryFollower`) is engine-free: it maps "the committed
 history, as the engine shows it each step" onto a :class:`lookupdec.Drafter` request.
+:class:`IsolatedDrafter` stands in for a Drafter where requests must not draft from one another.
 """
 
 from __future__ import annotations
@@ -523,4 +524,17 @@ class HistoryFollower:
         self.max_growth = None
 
 
-__all__ = ["RULE", "SOURCES", "STREAKS", "SUFFIX", "BatchCost", "DraftLength", "HistoryFollower"]
+# Imported last: IsolatedDrafter's module imports lookupdec, not this package's names above.
+from lookupdec.adapters._isolated import IsolatedDrafter, set_threshold  # noqa: E402
+
+__all__ = [
+    "RULE",
+    "SOURCES",
+    "STREAKS",
+    "SUFFIX",
+    "BatchCost",
+    "DraftLength",
+    "HistoryFollower",
+    "IsolatedDrafter",
+    "set_threshold",
+]

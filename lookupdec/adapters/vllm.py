@@ -23,7 +23,10 @@ chance of acceptance pays for their share of the batch's step, priced by
 :class:`lookupdec.adapters.BatchCost` from the steps' wall times; ``0`` steers to the waste target
 instead, as does setting ``LOOKUPDEC_TARGET_WASTE``) and
 ``LOOKUPDEC_SAVE_INTERVAL`` (seconds between two saves of the dynamic file while requests end;
-default 30, 0 saves after every step that ended one). The longest draft is vLLM's
+default 30, 0 saves after every step that ended one) and ``LOOKUPDEC_ISOLATE`` (``1``: every request
+drafts only from its own tokens and the static index, never from other requests' text, as a
+server of users who must not learn about one another needs: see
+:class:`lookupdec.adapters.IsolatedDrafter`; no dynamic file then). The longest draft is vLLM's
 ``num_speculative_tokens``. Priced drafts depend on the steps' measured times, so two runs may
 draft differently (never with another output: vLLM verifies every drafted token). vLLM's
 ``custom_class`` method is experimental upstream.
@@ -100,7 +103,7 @@ import lookupdec
 
 # The per-step row loop is compiled with the fast path (it calls any Drafter's requests, the
 # reference's too, through their methods; lookupdec.fast's natively).
-from lookupdec.adapters import BatchCost
+from lookupdec.adapters import BatchCost, IsolatedDrafter, set_threshold
 from lookupdec.adapters._vllm_rows import RowTracker
 from lookupdec.reference.hybrid import THRESHOLD_MAX, THRESHOLD_MIN
 from lookupdec.rules import check_target_waste
@@ -226,15 +229,41 @@ def adaptive_from_env(policy: str, target_waste: float | None) -> bool:
     return True
 
 
+def flag_from_env(name: str) -> bool:
+    """A yes/no environment variable: ``1``/``yes``/``true``/``on`` or ``0``/``no``/``false``/``off`` (unset: no)."""
+    raw = (os.environ.get(name) or "").strip().lower()
+    if raw in ("", "0", "no", "false", "off"):
+        return False
+    if raw in ("1", "yes", "true", "on"):
+        return True
+    raise ValueError(f"{name} must be 1 or 0, not {raw!r}")
+
+
+def isolated_drafter(
+    static: Any, dynamic: Any, n_draft: int, policy: str, target_waste: float | None, where: str
+) -> IsolatedDrafter:
+    """The :class:`IsolatedDrafter` an adapter's settings ask for; ``where`` names the setting, for
+    the error a dynamic cache file gets (isolated requests share none)."""
+    if dynamic is not None:
+        raise ValueError(
+            f"{where} isolates requests, which then share no dynamic cache: leave the dynamic file "
+            f"({dynamic}) unset, or do not isolate"
+        )
+    return IsolatedDrafter(static=static, n_draft=n_draft, policy=policy, target_waste=target_waste)
+
+
 def drafter_from_env(n_draft: int) -> Any:
     """A :class:`lookupdec.Drafter` configured by ``LOOKUPDEC_STATIC``/``_DYNAMIC``/``_POLICY``/``_TARGET_WASTE``
-    (and ``_ADAPTIVE``: the waste target off, as the step cost sets the threshold)."""
+    (and ``_ADAPTIVE``: the waste target off, as the step cost sets the threshold); with
+    ``LOOKUPDEC_ISOLATE=1``, an :class:`IsolatedDrafter` of the same settings."""
     static = os.environ.get("LOOKUPDEC_STATIC") or None
     dynamic = os.environ.get("LOOKUPDEC_DYNAMIC") or None
     policy = os.environ.get("LOOKUPDEC_POLICY") or "llama"
     target_waste = target_waste_from_env(policy)
     if adaptive_from_env(policy, target_waste):
         target_waste = 0.0
+    if flag_from_env("LOOKUPDEC_ISOLATE"):
+        return isolated_drafter(static, dynamic, n_draft, policy, target_waste, "LOOKUPDEC_ISOLATE=1")
     return lookupdec.Drafter(static=static, dynamic=dynamic, n_draft=n_draft, policy=policy, target_waste=target_waste)
 
 
@@ -272,11 +301,12 @@ class LookupProposer:
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         """No draft goes past this many tokens in a request."""
         self.drafter = drafter if drafter is not None else drafter_from_env(self.k)
-        """The :class:`lookupdec.Drafter` all requests share (``drafter.stats``, ``drafter.save()``)."""
+        """The :class:`lookupdec.Drafter` all requests share (``drafter.stats``, ``drafter.save()``), or
+        an :class:`lookupdec.adapters.IsolatedDrafter` that gives each its own."""
         if adaptive is None:
             policy = self.drafter.policy
             adaptive = drafter is None and adaptive_from_env(policy, target_waste_from_env(policy))
-        if adaptive and self.drafter.policy_state is None:
+        if adaptive and self.drafter.policy != "hybrid":
             raise ValueError("an adaptive LookupProposer needs a Drafter(policy='hybrid')")
         self.cost: BatchCost | None = BatchCost() if adaptive else None
         """The batch's step cost, which sets the hybrid policy's threshold (None: not adaptive)."""
@@ -359,7 +389,7 @@ class LookupProposer:
         if theta is not None:
             # Within the waste controller's bounds: above them a miscalculated step cost could
             # stop drafting, and with it the spread of lengths it is measured by.
-            self.drafter.policy_state.threshold = max(THRESHOLD_MIN, min(THRESHOLD_MAX, theta))
+            set_threshold(self.drafter, max(THRESHOLD_MIN, min(THRESHOLD_MAX, theta)))
 
     def end_all(self) -> None:
         """End every request still open (their contexts go into the dynamic cache)."""
@@ -379,6 +409,8 @@ __all__ = [
     "adaptive_from_env",
     "drafter_from_env",
     "finish",
+    "flag_from_env",
+    "isolated_drafter",
     "runner_requests",
     "save_interval_from_env",
     "tensor_parallel_rank",

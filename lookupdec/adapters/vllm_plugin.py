@@ -20,10 +20,12 @@ lookupdec.adapters.vllm_plugin:register``, which vLLM calls in every process it 
 nothing.
 
 ``speculator_options`` keys (all optional): ``static``, ``dynamic``, ``policy``,
-``target_waste`` and ``save_interval``. They mean what ``LOOKUPDEC_STATIC``,
-``LOOKUPDEC_DYNAMIC``, ``LOOKUPDEC_POLICY``, ``LOOKUPDEC_TARGET_WASTE`` and
-``LOOKUPDEC_SAVE_INTERVAL`` mean for the 0.33 adapter, and those variables are read for any key
-not given. The 0.33 adapter's ``LOOKUPDEC_ADAPTIVE`` has no counterpart here: vLLM 0.34 verifies
+``target_waste``, ``save_interval`` and ``isolate``. They mean what ``LOOKUPDEC_STATIC``,
+``LOOKUPDEC_DYNAMIC``, ``LOOKUPDEC_POLICY``, ``LOOKUPDEC_TARGET_WASTE``,
+``LOOKUPDEC_SAVE_INTERVAL`` and ``LOOKUPDEC_ISOLATE`` mean for the 0.33 adapter, and those
+variables are read for any key not given. ``"isolate": True`` makes every request draft only
+from its own tokens and the static index (:class:`lookupdec.adapters.IsolatedDrafter`).
+The 0.33 adapter's ``LOOKUPDEC_ADAPTIVE`` has no counterpart here: vLLM 0.34 verifies
 every one of the ``k`` columns of every row (a shorter draft is padded, see below), so drafting
 fewer tokens saves no work.
 
@@ -66,7 +68,7 @@ from typing import Any
 
 import lookupdec
 from lookupdec.adapters._vllm_rows import propose_within
-from lookupdec.adapters.vllm import save_interval_from_env, target_waste_from_env
+from lookupdec.adapters.vllm import flag_from_env, isolated_drafter, save_interval_from_env, target_waste_from_env
 from lookupdec.rules import check_target_waste
 
 METHOD = "lookupdec"
@@ -75,7 +77,7 @@ METHOD = "lookupdec"
 CONFIG_CLASS = "lookupdec.adapters.vllm_v2.LookupdecSpeculatorConfig"
 """The qualified name registered, imported by vLLM only when the method is used."""
 
-OPTIONS = ("static", "dynamic", "policy", "target_waste", "save_interval")
+OPTIONS = ("static", "dynamic", "policy", "target_waste", "save_interval", "isolate")
 """The ``speculator_options`` keys lookupdec reads."""
 
 
@@ -133,9 +135,25 @@ def read_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], flo
     return dict(static=static, dynamic=dynamic, policy=policy, target_waste=target_waste), save_interval
 
 
+def isolate_option(options: Mapping[str, Any] | None) -> bool:
+    """``speculator_options["isolate"]`` (a bool), else ``LOOKUPDEC_ISOLATE`` (unset: no)."""
+    value = (options or {}).get("isolate")
+    if value is None:
+        return flag_from_env("LOOKUPDEC_ISOLATE")
+    if not isinstance(value, bool):
+        raise ValueError(f"speculator_options['isolate'] must be True or False, not {value!r}")
+    return value
+
+
 def drafter_from_options(options: Mapping[str, Any] | None, n_draft: int) -> Any:
-    """The :class:`lookupdec.Drafter` that ``speculator_options`` ask for (see :func:`read_options`)."""
-    return lookupdec.Drafter(n_draft=n_draft, **read_options(options)[0])
+    """The :class:`lookupdec.Drafter` that ``speculator_options`` ask for (see :func:`read_options`), or
+    with ``isolate``, the :class:`lookupdec.adapters.IsolatedDrafter` of the same settings."""
+    kwargs = read_options(options)[0]
+    if isolate_option(options):
+        given = (options or {}).get("isolate") is not None
+        where = "speculator_options['isolate']" if given else "LOOKUPDEC_ISOLATE=1"
+        return isolated_drafter(n_draft=n_draft, where=where, **kwargs)
+    return lookupdec.Drafter(n_draft=n_draft, **kwargs)
 
 
 TokenReader = Callable[[int, int, int], Sequence[int]]
