@@ -343,7 +343,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=str(REPO / ".venv" / "vllm" / "bin" / "python"),
         help="a Python with vLLM installed (default: .venv/vllm/bin/python, as .ci/run builds it)",
     )
-    p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated from {', '.join(CONFIGS)}")
+    p.add_argument(
+        "--configs",
+        default=",".join(CONFIGS),
+        help=f"comma-separated from {', '.join(CONFIGS)}; also hybrid/wW (waste target W) and llama/isolated, "
+        "hybrid/isolated (every request its own drafter)",
+    )
     p.add_argument("--k", default="4", help="num_speculative_tokens, comma-separated (default: 4)")
     p.add_argument("--rounds", type=int, default=2, help="rounds, a worker process per config each (default: 2)")
     p.add_argument("--new-tokens", type=int, default=128, help="tokens generated per prompt (default: 128)")

@@ -26,8 +26,8 @@ class IsolatedDrafter:
     measures both).
 
     The arguments are :class:`lookupdec.Drafter`'s, but for ``dynamic``, which an isolated
-    drafter cannot have (it would merge the requests' text into one cache), and ``corpus``
-    (a corpus is shared text, as the static index is: give it as the static index instead).
+    drafter cannot have (it would merge the requests' text into one cache), and ``corpus`` and
+    ``history_tokens``, not offered yet (each request's history holds its own tokens alone).
     ``drafter_class`` makes the Drafters (default :class:`lookupdec.Drafter`; e.g.
     ``lookupdec.reference.Drafter``).
     A hybrid-policy request's Drafter holds its own acceptance tables: about 5 MB while the
