@@ -213,13 +213,11 @@ def adaptive_from_env(policy: str, target_waste: float | None) -> bool:
 
     Unset: yes for the hybrid policy, unless ``target_waste`` (``LOOKUPDEC_TARGET_WASTE``) steers
     it; never for llama.cpp's rule, whose drafts carry no per-token estimates to price."""
-    raw = (os.environ.get("LOOKUPDEC_ADAPTIVE") or "").strip().lower()
-    if not raw:
+    value = flag_from_env("LOOKUPDEC_ADAPTIVE")
+    if value is None:
         return policy == "hybrid" and target_waste is None
-    if raw in ("0", "no", "false", "off"):
+    if not value:
         return False
-    if raw not in ("1", "yes", "true", "on"):
-        raise ValueError(f"LOOKUPDEC_ADAPTIVE must be 1 or 0, not {raw!r}")
     if policy != "hybrid":
         raise ValueError(
             f"LOOKUPDEC_ADAPTIVE=1 needs LOOKUPDEC_POLICY=hybrid (its per-token estimates), not {policy!r}"
@@ -229,10 +227,12 @@ def adaptive_from_env(policy: str, target_waste: float | None) -> bool:
     return True
 
 
-def flag_from_env(name: str) -> bool:
-    """A yes/no environment variable: ``1``/``yes``/``true``/``on`` or ``0``/``no``/``false``/``off`` (unset: no)."""
+def flag_from_env(name: str) -> bool | None:
+    """A yes/no environment variable: ``1``/``yes``/``true``/``on`` or ``0``/``no``/``false``/``off`` (None: unset)."""
     raw = (os.environ.get(name) or "").strip().lower()
-    if raw in ("", "0", "no", "false", "off"):
+    if not raw:
+        return None
+    if raw in ("0", "no", "false", "off"):
         return False
     if raw in ("1", "yes", "true", "on"):
         return True
@@ -262,7 +262,7 @@ def drafter_from_env(n_draft: int) -> Any:
     target_waste = target_waste_from_env(policy)
     if adaptive_from_env(policy, target_waste):
         target_waste = 0.0
-    if flag_from_env("LOOKUPDEC_ISOLATE"):
+    if flag_from_env("LOOKUPDEC_ISOLATE"):  # None (unset) or False: shared
         return isolated_drafter(static, dynamic, n_draft, policy, target_waste, "LOOKUPDEC_ISOLATE=1")
     return lookupdec.Drafter(static=static, dynamic=dynamic, n_draft=n_draft, policy=policy, target_waste=target_waste)
 

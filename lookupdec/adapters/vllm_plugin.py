@@ -139,7 +139,7 @@ def isolate_option(options: Mapping[str, Any] | None) -> bool:
     """``speculator_options["isolate"]`` (a bool), else ``LOOKUPDEC_ISOLATE`` (unset: no)."""
     value = (options or {}).get("isolate")
     if value is None:
-        return flag_from_env("LOOKUPDEC_ISOLATE")
+        return flag_from_env("LOOKUPDEC_ISOLATE") is True
     if not isinstance(value, bool):
         raise ValueError(f"speculator_options['isolate'] must be True or False, not {value!r}")
     return value
