@@ -19,6 +19,7 @@ import lookupdec
 from lookupdec.adapters import IsolatedDrafter
 from lookupdec.adapters._vllm_rows import RowTracker
 from lookupdec.adapters.vllm import LookupProposer
+from lookupdec.errors import CacheFormatError
 from lookupdec.formats import write_static
 from lookupdec.reference.hybrid import THRESHOLD_MAX, THRESHOLD_MIN
 from tests.fake_vllm import FakeRequest, FakeVllm, vllm_config
@@ -106,21 +107,28 @@ class VllmProposerTests(ImplTests):
         assert fake.steps > fake.calls
         self.check_against_oracle(fake, proposer, requests, policy)
 
-    @pytest.mark.parametrize("policy", ["llama", "hybrid"])
-    def test_isolated_requests_draft_as_a_fresh_drafter_each(self, policy: str) -> None:
+    @pytest.mark.parametrize(("policy", "with_corpus"), [("llama", False), ("hybrid", False), ("hybrid", True)])
+    def test_isolated_requests_draft_as_a_fresh_drafter_each(
+        self, policy: str, with_corpus: bool, tmp_path: Path
+    ) -> None:
         # LOOKUPDEC_ISOLATE's drafter: each request drafts what a fresh Drafter of its own drafts
         # (the oracle: one per request id, driven through the same log), never what the others
         # held; the same engine run with one shared Drafter drafts otherwise (the requests'
-        # texts overlap, so the shared one drafts from the others).
+        # texts overlap, so the shared one drafts from the others). A corpus file (the text the
+        # requests are cut from) is every request's, as the static index is.
         k, max_model_len = 6, 250
+        corpus = None
+        if with_corpus:
+            corpus = os.fspath(tmp_path / "demo.lkcorpus")
+            lookupdec.fast.CorpusIndex.from_tokens(demo_tokens()[0]).save(corpus)
         runs = {}
         for isolate in (True, False):
             if isolate:
                 drafter: Any = IsolatedDrafter(
-                    static=self.static(), n_draft=k, policy=policy, drafter_class=self.impl.Drafter
+                    static=self.static(), n_draft=k, policy=policy, corpus=corpus, drafter_class=self.impl.Drafter
                 )
             else:
-                drafter = self.impl.Drafter(static=self.static(), n_draft=k, policy=policy)
+                drafter = self.impl.Drafter(static=self.static(), n_draft=k, policy=policy, corpus=corpus)
             proposer = LookupProposer(vllm_config(k, max_model_len), drafter=drafter)
             fake = FakeVllm(proposer, max_num_seqs=6, max_model_len=max_model_len, max_num_batched_tokens=24)
             requests = make_requests(24, max_model_len)
@@ -128,20 +136,28 @@ class VllmProposerTests(ImplTests):
             runs[isolate] = (requests, fake, proposer)
         requests, fake, proposer = runs[True]
         own: dict[int, Any] = {}
+        bare: dict[int, Any] = {}  # without the corpus
         expected: dict[int, list[tuple[int, list[int]]]] = {}
+        without_corpus: dict[int, list[tuple[int, list[int]]]] = {}
         n_accept = 0
         for _ended, committed in fake.log:
             for rid, n, new in committed:
                 if rid not in own:
-                    own[rid] = self.impl.Drafter(static=proposer.drafter.static, n_draft=k, policy=policy).request(new)
+                    static = proposer.drafter.static
+                    own[rid] = self.impl.Drafter(static=static, n_draft=k, policy=policy, corpus=corpus).request(new)
+                    bare[rid] = self.impl.Drafter(static=static, n_draft=k, policy=policy).request(new)
                 else:
                     own[rid].extend(new)
+                    bare[rid].extend(new)
                 budget = min(k, fake.max_model_len - n)
                 expected.setdefault(rid, []).append((n, own[rid].propose(budget) if budget > 0 else []))
+                without_corpus.setdefault(rid, []).append((n, bare[rid].propose(budget) if budget > 0 else []))
         for req in own.values():
             n_accept += req.n_accept
             req.end()
         assert {r.rid: r.proposals for r in requests} == expected
+        # the corpus was drafted from (it holds every request's text), or it was not given
+        assert (sum(without_corpus[r.rid] != r.proposals for r in requests) >= 12) == with_corpus
         assert all(r.finished and r.output == r.text[: r.target_len] for r in requests)
         shared = {r.rid: r.proposals for r in runs[False][0]}
         assert sum(shared[r.rid] != r.proposals for r in requests) >= 6  # isolation changed the drafts
@@ -468,6 +484,33 @@ def test_isolated_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
     assert isinstance(LookupProposer(vllm_config(5, 100)).drafter, lookupdec.Drafter)
 
 
+def test_corpus_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("LOOKUPDEC_TARGET_WASTE", "LOOKUPDEC_ADAPTIVE", "LOOKUPDEC_DYNAMIC", "LOOKUPDEC_STATIC"):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "c.lkcorpus"
+    lookupdec.fast.CorpusIndex.from_tokens([5, 6, 7, 8, 9]).save(path)
+    monkeypatch.setenv("LOOKUPDEC_CORPUS", os.fspath(path))
+    monkeypatch.setenv("LOOKUPDEC_POLICY", "hybrid")
+    rows = np.zeros((1, 100), dtype=np.int32)
+    rows[0, :3] = [1, 5, 6]
+    for isolate in ("0", "1"):
+        monkeypatch.setenv("LOOKUPDEC_ISOLATE", isolate)
+        proposer = LookupProposer(vllm_config(3, 100))
+        assert isinstance(proposer.drafter, IsolatedDrafter) == (isolate == "1")
+        assert proposer.propose([[6]], [3], rows) == [[7, 8, 9]]  # drafted from the corpus
+        proposer.close()
+    monkeypatch.setenv("LOOKUPDEC_POLICY", "llama")
+    with pytest.raises(
+        ValueError, match=r"LOOKUPDEC_CORPUS=.*hybrid policy, not 'llama': set LOOKUPDEC_POLICY to hybrid"
+    ):
+        LookupProposer(vllm_config(3, 100))
+    monkeypatch.setenv("LOOKUPDEC_POLICY", "hybrid")
+    (tmp_path / "text.txt").write_text("not a corpus file, but some text of a hundred bytes or more. " * 3)
+    monkeypatch.setenv("LOOKUPDEC_CORPUS", os.fspath(tmp_path / "text.txt"))
+    with pytest.raises(CacheFormatError, match=r"text\.txt: not a lookupdec corpus file"):
+        LookupProposer(vllm_config(3, 100))
+
+
 def test_isolated_drafter_alone() -> None:
     tokens = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
     llama = IsolatedDrafter(n_draft=3)
@@ -490,6 +533,30 @@ def test_isolated_drafter_alone() -> None:
         llama.n_draft = -1
     with pytest.raises(ValueError, match="policy 'best'"):
         IsolatedDrafter(policy="best")
+
+
+@pytest.mark.parametrize("impl", [lookupdec.fast, lookupdec.reference])
+def test_isolated_drafter_with_a_corpus(impl: Any, tmp_path: Path) -> None:
+    corpus = [5, 6, 7, 8, 9, 5, 6, 7]
+    path = tmp_path / "c.lkcorpus"
+    lookupdec.fast.CorpusIndex.from_tokens(corpus).save(path)
+    for given in (os.fspath(path), iter(corpus)):  # an iterator is read once, for every request
+        drafter = IsolatedDrafter(n_draft=3, policy="hybrid", corpus=given, drafter_class=impl.Drafter)
+        fresh = impl.Drafter(n_draft=3, policy="hybrid", corpus=corpus)
+        first = drafter.request([1, 5, 6])
+        assert first.propose() == fresh.request([1, 5, 6]).propose() == [7, 8, 9]  # drafted from the corpus
+        first.extend([7, 1, 2, 3])
+        first.end()
+        second = drafter.request([4, 5, 6])
+        assert second.propose() == [7, 8, 9]  # the corpus again, never the first request's [7, 1, 2]
+        assert drafter.request([9, 7, 1]).propose() == []  # the first request's text is not the second's
+        hosts = list(drafter._live)
+        if impl is lookupdec.fast:  # the compiled corpus is opened (or built) once and shared
+            assert len({id(h.hybrid.history.corpus) for h in hosts}) == 1 and len(hosts) >= 2
+    with pytest.raises(ValueError, match="corpus is matched by the hybrid policy"):
+        IsolatedDrafter(corpus=corpus)
+    with pytest.raises(FileNotFoundError, match=r"missing\.lkcorpus"):
+        IsolatedDrafter(policy="hybrid", corpus=tmp_path / "missing.lkcorpus")
 
 
 def env_workload(k: int = 6, max_model_len: int = 200) -> tuple[FakeVllm, LookupProposer, list[FakeRequest]]:

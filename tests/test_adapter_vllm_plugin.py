@@ -133,15 +133,16 @@ def test_pad_drafts_fills_every_column() -> None:
 
 
 def test_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for var in ("STATIC", "DYNAMIC", "POLICY", "TARGET_WASTE", "SAVE_INTERVAL"):
+    for var in ("STATIC", "DYNAMIC", "POLICY", "CORPUS", "TARGET_WASTE", "SAVE_INTERVAL"):
         monkeypatch.delenv(f"LOOKUPDEC_{var}", raising=False)
     kwargs, interval = read_options(None)
-    assert kwargs == {"static": None, "dynamic": None, "policy": "llama", "target_waste": None} and interval == 30.0
+    none = {"static": None, "dynamic": None, "corpus": None, "target_waste": None}
+    assert kwargs == {**none, "policy": "llama"} and interval == 30.0
     dyn = str(tmp_path / "dyn.bin")
     monkeypatch.setenv("LOOKUPDEC_POLICY", "hybrid")
     monkeypatch.setenv("LOOKUPDEC_SAVE_INTERVAL", "5")
     kwargs, interval = read_options({"dynamic": dyn})
-    assert kwargs == {"static": None, "dynamic": dyn, "policy": "hybrid", "target_waste": None} and interval == 5.0
+    assert kwargs == {**none, "dynamic": dyn, "policy": "hybrid"} and interval == 5.0
     monkeypatch.setenv("LOOKUPDEC_TARGET_WASTE", "0.5")
     assert read_options(None)[0]["target_waste"] == 0.5  # the environment, for a key not given
     assert read_options({"target_waste": 1})[0]["target_waste"] == 1.0
@@ -155,7 +156,7 @@ def test_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert read_options({"save_interval": 0})[1] == 0.0
     drafter = drafter_from_options({"dynamic": dyn, "policy": "llama"}, 6)
     assert drafter.n_draft == 6 and drafter.policy == "llama" and drafter.dynamic_path == dyn
-    with pytest.raises(ValueError, match=r"unknown key.*'statik'.*policy, target_waste, save_interval"):
+    with pytest.raises(ValueError, match=r"unknown key.*'statik'.*policy, corpus, target_waste, save_interval"):
         read_options({"statik": "x"})
     with pytest.raises(ValueError, match=r"speculator_options\['save_interval'\]"):
         read_options({"save_interval": -1})
@@ -196,3 +197,33 @@ def test_entry_point_names_register() -> None:
     found = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == "lookupdec"]
     assert len(found) == 1, "the installed lookupdec declares no vllm.general_plugins entry point"
     assert found[0].load() is vllm_plugin.register
+
+
+def test_corpus_option(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for var in ("STATIC", "DYNAMIC", "POLICY", "CORPUS", "TARGET_WASTE", "ISOLATE"):
+        monkeypatch.delenv(f"LOOKUPDEC_{var}", raising=False)
+    path = tmp_path / "c.lkcorpus"
+    lookupdec.fast.CorpusIndex.from_tokens([5, 6, 7, 8, 9]).save(path)
+    for options in (
+        {"policy": "hybrid", "corpus": str(path)},
+        {"policy": "hybrid", "corpus": str(path), "isolate": True},
+    ):
+        drafter = drafter_from_options(options, 4)
+        assert drafter.request([1, 5, 6]).propose() == [7, 8, 9]  # drafted from the corpus
+    monkeypatch.setenv("LOOKUPDEC_CORPUS", str(path))  # the environment, for a key not given
+    assert drafter_from_options({"policy": "hybrid"}, 4).request([5, 6]).propose() == [7, 8, 9]
+    with pytest.raises(
+        ValueError,
+        match=r"LOOKUPDEC_CORPUS=.*c\.lkcorpus: .*hybrid policy, not 'llama': set speculator_options\['policy'\]",
+    ):
+        read_options(None)
+    monkeypatch.delenv("LOOKUPDEC_CORPUS")
+    monkeypatch.setenv("LOOKUPDEC_POLICY", "llama")
+    with pytest.raises(
+        ValueError, match=r"speculator_options\['corpus'\]=.*not 'llama': set LOOKUPDEC_POLICY to hybrid"
+    ):
+        read_options({"corpus": str(path)})
+    with pytest.raises(ValueError, match=r"speculator_options\['corpus'\] must be a string"):
+        read_options({"corpus": [5, 6]})
+    with pytest.raises(FileNotFoundError, match=r"nowhere\.lkcorpus"):
+        drafter_from_options({"policy": "hybrid", "corpus": str(tmp_path / "nowhere.lkcorpus")}, 4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -26,10 +27,12 @@ class IsolatedDrafter:
     measures both).
 
     The arguments are :class:`lookupdec.Drafter`'s, but for ``dynamic``, which an isolated
-    drafter cannot have (it would merge the requests' text into one cache), and ``corpus`` and
-    ``history_tokens``, not offered yet (each request's history holds its own tokens alone).
-    ``drafter_class`` makes the Drafters (default :class:`lookupdec.Drafter`; e.g.
-    ``lookupdec.reference.Drafter``).
+    drafter cannot have (it would merge the requests' text into one cache). A ``corpus`` (the
+    hybrid policy's: a corpus file, an opened one, or token ids), like the static index, is
+    read-only and shared: every request's history holds the corpus and its own tokens. The
+    compiled implementation opens it (or builds it from the ids) once; the reference, the
+    oracle, rebuilds it for every request. ``drafter_class`` makes the Drafters (default
+    :class:`lookupdec.Drafter`; e.g. ``lookupdec.reference.Drafter``).
     A hybrid-policy request's Drafter holds its own acceptance tables: about 5 MB while the
     request is open, and about 4 ms to make on a 2-core CPU (once per request, not per step); a
     llama-policy one, about 10 µs (docs/speedup.md).
@@ -43,6 +46,8 @@ class IsolatedDrafter:
         target_waste: float | None = None,
         vocab_size: int | None = None,
         vocab_fingerprint: bytes | None = None,
+        history_tokens: int | None = None,
+        corpus: Any = None,
         drafter_class: Callable[..., Any] | None = None,
     ) -> None:
         self._make = drafter_class if drafter_class is not None else lookupdec.Drafter
@@ -53,9 +58,21 @@ class IsolatedDrafter:
             target_waste=target_waste,
             vocab_size=vocab_size,
             vocab_fingerprint=vocab_fingerprint,
-        )  # checks every argument once, as the Drafter would, and opens the static index
+            history_tokens=history_tokens,
+            corpus=corpus,
+        )  # checks every argument once, as the Drafter would, and opens the static index and the corpus
         self._static = first.static
-        self._kwargs: dict[str, Any] = dict(policy=policy, target_waste=target_waste, vocab_size=vocab_size)
+        self._kwargs: dict[str, Any] = dict(
+            policy=policy, target_waste=target_waste, vocab_size=vocab_size, history_tokens=history_tokens
+        )
+        if corpus is not None:
+            opened = first.policy_state.history.corpus
+            if hasattr(opened, "vocab_fingerprint"):  # the compiled CorpusIndex: read-only, shared as it is
+                self._kwargs["corpus"] = opened
+            elif isinstance(corpus, (str, os.PathLike)):
+                self._kwargs["corpus"] = corpus  # the reference reads the file again for every request
+            else:
+                self._kwargs["corpus"] = list(opened)  # the ids as checked (an iterator is read only once)
         self._n_draft: int = int(first.n_draft)
         self.policy: str = policy
         """The drafting policy of every request (``"llama"`` or ``"hybrid"``)."""

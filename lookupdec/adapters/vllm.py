@@ -16,6 +16,8 @@ for the whole batch. vLLM's speculative config takes no extra keys, so lookupdec
 from environment variables: ``LOOKUPDEC_STATIC`` (static cache file), ``LOOKUPDEC_DYNAMIC``
 (dynamic cache file: loaded at start, saved with a locked merge as requests end and when the
 process exits), ``LOOKUPDEC_POLICY`` (drafting policy: ``llama``, the default, or ``hybrid``),
+``LOOKUPDEC_CORPUS`` (the hybrid policy's corpus file, as ``lookupdec create --corpus-out``
+writes it with the model's tokenizer: memory-mapped, its spans drafted as the history's are),
 ``LOOKUPDEC_TARGET_WASTE`` (the hybrid policy's ``target_waste``: rejected drafted tokens per step
 it steers to, default 1.9; its controller moves slowly, over thousands of steps),
 ``LOOKUPDEC_ADAPTIVE`` (with the hybrid policy, the default: each row drafts only the tokens whose
@@ -239,8 +241,23 @@ def flag_from_env(name: str) -> bool | None:
     raise ValueError(f"{name} must be 1 or 0, not {raw!r}")
 
 
+def check_corpus_setting(corpus: str | None, policy: str, where: str, policy_where: str) -> None:
+    """Raise ValueError naming the settings when a corpus (``where``) comes without the hybrid
+    policy (set by ``policy_where``): only its suffix match reads one."""
+    if corpus is not None and policy != "hybrid":
+        raise ValueError(
+            f"{where}={corpus}: a corpus is matched by the hybrid policy, not {policy!r}: set {policy_where} to hybrid"
+        )
+
+
 def isolated_drafter(
-    static: Any, dynamic: Any, n_draft: int, policy: str, target_waste: float | None, where: str
+    static: Any,
+    dynamic: Any,
+    n_draft: int,
+    policy: str,
+    target_waste: float | None,
+    where: str,
+    corpus: str | None = None,
 ) -> IsolatedDrafter:
     """The :class:`IsolatedDrafter` an adapter's settings ask for; ``where`` names the setting, for
     the error a dynamic cache file gets (isolated requests share none)."""
@@ -249,22 +266,26 @@ def isolated_drafter(
             f"{where} isolates requests, which then share no dynamic cache: leave the dynamic file "
             f"({dynamic}) unset, or do not isolate"
         )
-    return IsolatedDrafter(static=static, n_draft=n_draft, policy=policy, target_waste=target_waste)
+    return IsolatedDrafter(static=static, n_draft=n_draft, policy=policy, target_waste=target_waste, corpus=corpus)
 
 
 def drafter_from_env(n_draft: int) -> Any:
-    """A :class:`lookupdec.Drafter` configured by ``LOOKUPDEC_STATIC``/``_DYNAMIC``/``_POLICY``/``_TARGET_WASTE``
-    (and ``_ADAPTIVE``: the waste target off, as the step cost sets the threshold); with
+    """A :class:`lookupdec.Drafter` configured by ``LOOKUPDEC_STATIC``/``_DYNAMIC``/``_POLICY``/``_CORPUS``/
+    ``_TARGET_WASTE`` (and ``_ADAPTIVE``: the waste target off, as the step cost sets the threshold); with
     ``LOOKUPDEC_ISOLATE=1``, an :class:`IsolatedDrafter` of the same settings."""
     static = os.environ.get("LOOKUPDEC_STATIC") or None
     dynamic = os.environ.get("LOOKUPDEC_DYNAMIC") or None
     policy = os.environ.get("LOOKUPDEC_POLICY") or "llama"
+    corpus = os.environ.get("LOOKUPDEC_CORPUS") or None
+    check_corpus_setting(corpus, policy, "LOOKUPDEC_CORPUS", "LOOKUPDEC_POLICY")
     target_waste = target_waste_from_env(policy)
     if adaptive_from_env(policy, target_waste):
         target_waste = 0.0
     if flag_from_env("LOOKUPDEC_ISOLATE"):  # None (unset) or False: shared
-        return isolated_drafter(static, dynamic, n_draft, policy, target_waste, "LOOKUPDEC_ISOLATE=1")
-    return lookupdec.Drafter(static=static, dynamic=dynamic, n_draft=n_draft, policy=policy, target_waste=target_waste)
+        return isolated_drafter(static, dynamic, n_draft, policy, target_waste, "LOOKUPDEC_ISOLATE=1", corpus)
+    return lookupdec.Drafter(
+        static=static, dynamic=dynamic, n_draft=n_draft, policy=policy, target_waste=target_waste, corpus=corpus
+    )
 
 
 class LookupProposer:

@@ -19,9 +19,9 @@ lookupdec.adapters.vllm_plugin:register``, which vLLM calls in every process it 
 ``register_speculative_method``. On a vLLM without that function (0.33 and older) it does
 nothing.
 
-``speculator_options`` keys (all optional): ``static``, ``dynamic``, ``policy``,
+``speculator_options`` keys (all optional): ``static``, ``dynamic``, ``policy``, ``corpus``,
 ``target_waste``, ``save_interval`` and ``isolate``. They mean what ``LOOKUPDEC_STATIC``,
-``LOOKUPDEC_DYNAMIC``, ``LOOKUPDEC_POLICY``, ``LOOKUPDEC_TARGET_WASTE``,
+``LOOKUPDEC_DYNAMIC``, ``LOOKUPDEC_POLICY``, ``LOOKUPDEC_CORPUS``, ``LOOKUPDEC_TARGET_WASTE``,
 ``LOOKUPDEC_SAVE_INTERVAL`` and ``LOOKUPDEC_ISOLATE`` mean for the 0.33 adapter, and those
 variables are read for any key not given. ``"isolate": True`` makes every request draft only
 from its own tokens and the static index (:class:`lookupdec.adapters.IsolatedDrafter`).
@@ -68,7 +68,13 @@ from typing import Any
 
 import lookupdec
 from lookupdec.adapters._vllm_rows import propose_within
-from lookupdec.adapters.vllm import flag_from_env, isolated_drafter, save_interval_from_env, target_waste_from_env
+from lookupdec.adapters.vllm import (
+    check_corpus_setting,
+    flag_from_env,
+    isolated_drafter,
+    save_interval_from_env,
+    target_waste_from_env,
+)
 from lookupdec.rules import check_target_waste
 
 METHOD = "lookupdec"
@@ -77,7 +83,7 @@ METHOD = "lookupdec"
 CONFIG_CLASS = "lookupdec.adapters.vllm_v2.LookupdecSpeculatorConfig"
 """The qualified name registered, imported by vLLM only when the method is used."""
 
-OPTIONS = ("static", "dynamic", "policy", "target_waste", "save_interval", "isolate")
+OPTIONS = ("static", "dynamic", "policy", "corpus", "target_waste", "save_interval", "isolate")
 """The ``speculator_options`` keys lookupdec reads."""
 
 
@@ -95,7 +101,8 @@ def register() -> None:
 
 
 def read_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], float]:
-    """The :class:`lookupdec.Drafter` keyword arguments (``static``, ``dynamic``, ``policy``, ``target_waste``) and
+    """The :class:`lookupdec.Drafter` keyword arguments (``static``, ``dynamic``, ``policy``, ``corpus``,
+    ``target_waste``) and
     the save interval in seconds that ``speculator_options`` ask for.
 
     Keys not given fall back to the ``LOOKUPDEC_*`` environment variables. An unknown key, or
@@ -107,13 +114,22 @@ def read_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], flo
         raise ValueError(
             f"speculator_options: unknown key(s) {', '.join(map(repr, unknown))}; lookupdec reads {', '.join(OPTIONS)}"
         )
-    for key in ("static", "dynamic", "policy"):
+    for key in ("static", "dynamic", "policy", "corpus"):
         value = options.get(key)
         if value is not None and not isinstance(value, (str, os.PathLike)):
             raise ValueError(f"speculator_options[{key!r}] must be a string, not {type(value).__name__}")
     static = options.get("static") or os.environ.get("LOOKUPDEC_STATIC") or None
     dynamic = options.get("dynamic") or os.environ.get("LOOKUPDEC_DYNAMIC") or None
     policy = options.get("policy") or os.environ.get("LOOKUPDEC_POLICY") or "llama"
+    corpus = options.get("corpus") or os.environ.get("LOOKUPDEC_CORPUS") or None
+    check_corpus_setting(
+        corpus,
+        policy,
+        "speculator_options['corpus']" if options.get("corpus") else "LOOKUPDEC_CORPUS",
+        "LOOKUPDEC_POLICY"
+        if not options.get("policy") and os.environ.get("LOOKUPDEC_POLICY")
+        else "speculator_options['policy']",
+    )
     waste = options.get("target_waste")
     if waste is None:
         target_waste = target_waste_from_env(policy)
@@ -132,7 +148,8 @@ def read_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], flo
         save_interval = float(interval)
     else:
         raise ValueError(f"speculator_options['save_interval'] must be a number of seconds >= 0, not {interval!r}")
-    return dict(static=static, dynamic=dynamic, policy=policy, target_waste=target_waste), save_interval
+    kwargs = dict(static=static, dynamic=dynamic, policy=policy, corpus=corpus, target_waste=target_waste)
+    return kwargs, save_interval
 
 
 def isolate_option(options: Mapping[str, Any] | None) -> bool:
