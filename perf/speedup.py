@@ -788,7 +788,8 @@ def summarize(runs: list[Run], curves: dict[str, list[float]]) -> list[dict[str,
 
 def print_table(rows: list[dict[str, Any]], out: Any = None) -> None:
     out = out if out is not None else sys.stdout  # read at call time: pytest's capsys swaps it
-    head = f"{'workload':<10} {'k':>2} {'drafter':<14} {'tok/s':>7} {'speedup':>8} {'predicted':>9} "
+    w = max([14, *(len(r["drafter"]) for r in rows)])  # the drafter column fits its longest name
+    head = f"{'workload':<10} {'k':>2} {'drafter':<{w}} {'tok/s':>7} {'speedup':>8} {'predicted':>9} "
     head += f"{'tok/step':>8} {'drafted':>7} {'draft µs':>9} {'share':>6}"
     print(head, file=out)
     print("-" * len(head), file=out)
@@ -796,7 +797,7 @@ def print_table(rows: list[dict[str, Any]], out: Any = None) -> None:
         sp = f"{r['speedup']:.3f}x" if r["speedup"] else "-"
         pr = f"{r['predicted_speedup']:.3f}x" if r["predicted_speedup"] else "-"
         print(
-            f"{r['workload']:<10} {r['k']:>2} {r['drafter']:<14} {r['tokens_per_s']:>7.1f} {sp:>8} {pr:>9} "
+            f"{r['workload']:<10} {r['k']:>2} {r['drafter']:<{w}} {r['tokens_per_s']:>7.1f} {sp:>8} {pr:>9} "
             f"{r['tokens_per_step']:>8.3f} {r['drafted_per_step']:>7.2f} {r['draft_us_per_step']:>9.1f} "
             f"{100 * r['draft_share']:>5.2f}%",
             file=out,

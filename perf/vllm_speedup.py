@@ -501,8 +501,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         at_once += f", {args.max_seqs} in the batch at a time"
     print(f"vLLM, SmolLM2-135M-Instruct ({args.dtype}), {at_once}, {args.new_tokens} tokens per prompt")
     print_table(rows)
+    width = max([16, *(len(c) for c in configs)])
     for o in overall(rows):
-        print(f"{o['drafter']:<16} k={o['k']}: geomean {o['geomean']:.3f}x (min {o['min']:.3f}x, max {o['max']:.3f}x)")
+        spread = f"min {o['min']:.3f}x, max {o['max']:.3f}x"
+        print(f"{o['drafter']:<{width}} k={o['k']}: geomean {o['geomean']:.3f}x ({spread})")
     same = "yes" if not differs else "NO: " + "; ".join(sorted(set(differs)))
     print(f"outputs identical to no speculation: {same}")
     if args.json:
