@@ -38,6 +38,7 @@ from lookupdec.rules import (
     NGRAM_MIN,
     check_branches,
     check_corpus,
+    check_history_tokens,
     check_policy,
     check_target_waste,
     check_vocab_fingerprint,
@@ -276,8 +277,7 @@ class Drafter:
         p = self.primitives
         if policy == "hybrid" and p.new_hybrid is None:
             raise ValueError(f"the {p.name} implementation has no hybrid policy")
-        if history_tokens is not None and policy != "hybrid":
-            raise ValueError("history_tokens bounds the hybrid policy's history: give it with policy='hybrid'")
+        check_history_tokens(history_tokens, policy)
         check_target_waste(target_waste, policy)
         check_corpus(corpus, policy)
         host = RequestHost(p, n_draft, vocab_size, policy, history_tokens, target_waste)

@@ -73,6 +73,21 @@ def check_target_waste(target_waste: float | None, policy: str, *, flags: bool =
         raise ValueError(f"{name} steers the hybrid policy's drafts: give it with {_option('policy', 'hybrid', flags)}")
 
 
+MIN_HISTORY_TOKENS: Final = 16
+"""The smallest bound on the hybrid policy's history (``history_tokens``; a ``SuffixHistory``'s ``max_tokens``)."""
+
+
+def check_history_tokens(history_tokens: int | None, policy: str) -> None:
+    """Raise ValueError unless ``history_tokens`` is None, or at least :data:`MIN_HISTORY_TOKENS` with
+    ``policy`` ``"hybrid"`` (it bounds only the hybrid policy's history)."""
+    if history_tokens is None:
+        return
+    if policy != "hybrid":
+        raise ValueError("history_tokens bounds the hybrid policy's history: give it with policy='hybrid'")
+    if history_tokens < MIN_HISTORY_TOKENS:
+        raise ValueError(f"history_tokens must be >= {MIN_HISTORY_TOKENS}, got {history_tokens}")
+
+
 def _option(name: str, value: object, flags: bool) -> str:
     """Option ``name`` (given ``value``, unless None) as a keyword argument, or with ``flags`` as a flag."""
     if flags:

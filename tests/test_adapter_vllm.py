@@ -6,6 +6,7 @@ import gc
 import json
 import multiprocessing
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -509,6 +510,31 @@ def test_corpus_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("LOOKUPDEC_CORPUS", os.fspath(tmp_path / "text.txt"))
     with pytest.raises(CacheFormatError, match=r"text\.txt: not a lookupdec corpus file"):
         LookupProposer(vllm_config(3, 100))
+
+
+def test_history_tokens_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("LOOKUPDEC_TARGET_WASTE", "LOOKUPDEC_ADAPTIVE", "LOOKUPDEC_DYNAMIC", "LOOKUPDEC_CORPUS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LOOKUPDEC_POLICY", "hybrid")
+    monkeypatch.setenv("LOOKUPDEC_HISTORY_TOKENS", "4096")
+    monkeypatch.setenv("LOOKUPDEC_ISOLATE", "0")
+    proposer = LookupProposer(vllm_config(3, 100))
+    assert proposer.drafter.policy_state.history.max_tokens == 4096
+    proposer.close()
+    monkeypatch.setenv("LOOKUPDEC_ISOLATE", "1")
+    drafter = LookupProposer(vllm_config(3, 100)).drafter
+    drafter.request([1, 2, 3])
+    assert [h.hybrid.history.max_tokens for h in drafter._live] == [4096]  # every request's own history
+    refused = (
+        ("lots", "hybrid", "LOOKUPDEC_HISTORY_TOKENS must be a number of tokens, not 'lots'"),
+        ("8", "hybrid", "LOOKUPDEC_HISTORY_TOKENS=8: history_tokens must be >= 16, got 8"),
+        ("4096", "llama", "LOOKUPDEC_HISTORY_TOKENS=4096: history_tokens bounds the hybrid policy's history"),
+    )
+    for raw, policy, message in refused:
+        monkeypatch.setenv("LOOKUPDEC_HISTORY_TOKENS", raw)
+        monkeypatch.setenv("LOOKUPDEC_POLICY", policy)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            LookupProposer(vllm_config(3, 100))
 
 
 def test_isolated_drafter_alone() -> None:

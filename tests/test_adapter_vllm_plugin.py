@@ -133,10 +133,10 @@ def test_pad_drafts_fills_every_column() -> None:
 
 
 def test_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for var in ("STATIC", "DYNAMIC", "POLICY", "CORPUS", "TARGET_WASTE", "SAVE_INTERVAL"):
+    for var in ("STATIC", "DYNAMIC", "POLICY", "CORPUS", "HISTORY_TOKENS", "TARGET_WASTE", "SAVE_INTERVAL"):
         monkeypatch.delenv(f"LOOKUPDEC_{var}", raising=False)
     kwargs, interval = read_options(None)
-    none = {"static": None, "dynamic": None, "corpus": None, "target_waste": None}
+    none = {"static": None, "dynamic": None, "corpus": None, "history_tokens": None, "target_waste": None}
     assert kwargs == {**none, "policy": "llama"} and interval == 30.0
     dyn = str(tmp_path / "dyn.bin")
     monkeypatch.setenv("LOOKUPDEC_POLICY", "hybrid")
@@ -156,7 +156,7 @@ def test_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert read_options({"save_interval": 0})[1] == 0.0
     drafter = drafter_from_options({"dynamic": dyn, "policy": "llama"}, 6)
     assert drafter.n_draft == 6 and drafter.policy == "llama" and drafter.dynamic_path == dyn
-    with pytest.raises(ValueError, match=r"unknown key.*'statik'.*policy, corpus, target_waste, save_interval"):
+    with pytest.raises(ValueError, match=r"unknown key.*'statik'.*policy, corpus, history_tokens, target_waste"):
         read_options({"statik": "x"})
     with pytest.raises(ValueError, match=r"speculator_options\['save_interval'\]"):
         read_options({"save_interval": -1})
@@ -227,3 +227,21 @@ def test_corpus_option(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         read_options({"corpus": [5, 6]})
     with pytest.raises(FileNotFoundError, match=r"nowhere\.lkcorpus"):
         drafter_from_options({"policy": "hybrid", "corpus": str(tmp_path / "nowhere.lkcorpus")}, 4)
+
+
+def test_history_tokens_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("POLICY", "CORPUS", "HISTORY_TOKENS", "TARGET_WASTE", "ISOLATE", "DYNAMIC"):
+        monkeypatch.delenv(f"LOOKUPDEC_{var}", raising=False)
+    drafter = drafter_from_options({"policy": "hybrid", "history_tokens": 2048}, 4)
+    assert drafter.policy_state.history.max_tokens == 2048
+    monkeypatch.setenv("LOOKUPDEC_HISTORY_TOKENS", "1024")  # the environment, for a key not given
+    assert drafter_from_options({"policy": "hybrid"}, 4).policy_state.history.max_tokens == 1024
+    assert drafter_from_options({"policy": "hybrid", "history_tokens": 512}, 4).policy_state.history.max_tokens == 512
+    with pytest.raises(
+        ValueError, match=r"speculator_options\['history_tokens'\] must be a number of tokens, not 1\.5"
+    ):
+        read_options({"policy": "hybrid", "history_tokens": 1.5})
+    with pytest.raises(ValueError, match=r"speculator_options\['history_tokens'\]=4: history_tokens must be >= 16"):
+        read_options({"policy": "hybrid", "history_tokens": 4})
+    with pytest.raises(ValueError, match=r"LOOKUPDEC_HISTORY_TOKENS=1024: history_tokens bounds the hybrid policy's"):
+        read_options({"policy": "llama"})

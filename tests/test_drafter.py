@@ -143,7 +143,7 @@ class DrafterTests(ImplTests):
             self.impl.Drafter(policy="best")
         with pytest.raises(ValueError, match=r"history_tokens .* policy='hybrid'"):
             self.impl.Drafter(history_tokens=1000)
-        with pytest.raises(ValueError, match="max_tokens must be >= 16"):
+        with pytest.raises(ValueError, match="history_tokens must be >= 16"):
             self.impl.Drafter(policy="hybrid", history_tokens=8)
         with pytest.raises(ValueError, match=r"target_waste .* policy='hybrid'"):
             self.impl.Drafter(target_waste=1.0)

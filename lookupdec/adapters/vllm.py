@@ -18,6 +18,8 @@ from environment variables: ``LOOKUPDEC_STATIC`` (static cache file), ``LOOKUPDE
 process exits), ``LOOKUPDEC_POLICY`` (drafting policy: ``llama``, the default, or ``hybrid``),
 ``LOOKUPDEC_CORPUS`` (the hybrid policy's corpus file, as ``lookupdec create --corpus-out``
 writes it with the model's tokenizer: memory-mapped, its spans drafted as the history's are),
+``LOOKUPDEC_HISTORY_TOKENS`` (with ``hybrid``: the most tokens of ended and open requests its history
+keeps, default 4,194,304, at most about 235 MB; the older half is dropped when it is full),
 ``LOOKUPDEC_TARGET_WASTE`` (the hybrid policy's ``target_waste``: rejected drafted tokens per step
 it steers to, default 1.9; its controller moves slowly, over thousands of steps),
 ``LOOKUPDEC_ADAPTIVE`` (with the hybrid policy, the default: each row drafts only the tokens whose
@@ -97,7 +99,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -108,7 +110,7 @@ import lookupdec
 from lookupdec.adapters import BatchCost, IsolatedDrafter, set_threshold
 from lookupdec.adapters._vllm_rows import RowTracker
 from lookupdec.reference.hybrid import THRESHOLD_MAX, THRESHOLD_MIN
-from lookupdec.rules import check_target_waste
+from lookupdec.rules import check_history_tokens, check_target_waste
 
 RUNNER_FRAMES = 3
 """Caller frames searched for vLLM's model runner: its ``propose_draft_token_ids`` calls the
@@ -194,20 +196,44 @@ class IntervalSaver:
                 self._ended_at_save = ended
 
 
-def target_waste_from_env(policy: str) -> float | None:
-    """``LOOKUPDEC_TARGET_WASTE``: the hybrid policy's rejected drafted tokens per step (None: its default)."""
-    raw = os.environ.get("LOOKUPDEC_TARGET_WASTE") or None
-    if raw is None:
+N = TypeVar("N", int, float)
+
+
+def number_setting(
+    raw: Any, where: str, kind: str, parse: Callable[[Any], N], check: Callable[[N], None], context: str = ""
+) -> N | None:
+    """A numeric setting (``where`` names it): None when unset (None or empty), else ``parse(raw)``
+    checked by ``check``, with a clear error naming the setting (and ``context``, if given)."""
+    if raw is None or raw == "":
         return None
     try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"LOOKUPDEC_TARGET_WASTE must be a number of tokens per step, not {raw!r}") from None
+        value = parse(raw)
+    except (ValueError, TypeError):
+        raise ValueError(f"{where} must be {kind}, not {raw!r}") from None
     try:
-        check_target_waste(value, policy)
+        check(value)
     except ValueError as e:
-        raise ValueError(f"LOOKUPDEC_TARGET_WASTE={raw}: {e} (LOOKUPDEC_POLICY={policy})") from None
+        raise ValueError(f"{where}={raw}: {e}{context}") from None
     return value
+
+
+def target_waste_from_env(policy: str) -> float | None:
+    """``LOOKUPDEC_TARGET_WASTE``: the hybrid policy's rejected drafted tokens per step (None: its default)."""
+    return number_setting(
+        os.environ.get("LOOKUPDEC_TARGET_WASTE"),
+        "LOOKUPDEC_TARGET_WASTE",
+        "a number of tokens per step",
+        float,
+        lambda value: check_target_waste(value, policy),
+        f" (LOOKUPDEC_POLICY={policy})",
+    )
+
+
+def _whole_number(raw: Any) -> int:
+    """``raw`` as an int: an int or a string of digits, never a bool or a float (TypeError, ValueError)."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+        raise TypeError(raw)
+    return int(raw)
 
 
 def adaptive_from_env(policy: str, target_waste: float | None) -> bool:
@@ -241,6 +267,12 @@ def flag_from_env(name: str) -> bool | None:
     raise ValueError(f"{name} must be 1 or 0, not {raw!r}")
 
 
+def history_tokens_setting(raw: Any, policy: str, where: str) -> int | None:
+    """The hybrid policy's ``history_tokens`` from a setting (``where`` names it; None or empty:
+    unset, the policy's default), checked: a clear error naming the setting."""
+    return number_setting(raw, where, "a number of tokens", _whole_number, lambda n: check_history_tokens(n, policy))
+
+
 def check_corpus_setting(corpus: str | None, policy: str, where: str, policy_where: str) -> None:
     """Raise ValueError naming the settings when a corpus (``where``) comes without the hybrid
     policy (set by ``policy_where``): only its suffix match reads one."""
@@ -250,42 +282,40 @@ def check_corpus_setting(corpus: str | None, policy: str, where: str, policy_whe
         )
 
 
-def isolated_drafter(
-    static: Any,
-    dynamic: Any,
-    n_draft: int,
-    policy: str,
-    target_waste: float | None,
-    where: str,
-    corpus: str | None = None,
-) -> IsolatedDrafter:
-    """The :class:`IsolatedDrafter` an adapter's settings ask for; ``where`` names the setting, for
-    the error a dynamic cache file gets (isolated requests share none)."""
+def isolated_drafter(dynamic: Any, where: str, **settings: Any) -> IsolatedDrafter:
+    """The :class:`IsolatedDrafter` of an adapter's ``settings`` (its keyword arguments); ``where``
+    names the setting that isolates, for the error a dynamic cache file gets (isolated requests
+    share none)."""
     if dynamic is not None:
         raise ValueError(
             f"{where} isolates requests, which then share no dynamic cache: leave the dynamic file "
             f"({dynamic}) unset, or do not isolate"
         )
-    return IsolatedDrafter(static=static, n_draft=n_draft, policy=policy, target_waste=target_waste, corpus=corpus)
+    return IsolatedDrafter(**settings)
 
 
 def drafter_from_env(n_draft: int) -> Any:
     """A :class:`lookupdec.Drafter` configured by ``LOOKUPDEC_STATIC``/``_DYNAMIC``/``_POLICY``/``_CORPUS``/
-    ``_TARGET_WASTE`` (and ``_ADAPTIVE``: the waste target off, as the step cost sets the threshold); with
-    ``LOOKUPDEC_ISOLATE=1``, an :class:`IsolatedDrafter` of the same settings."""
+    ``_HISTORY_TOKENS``/``_TARGET_WASTE`` (and ``_ADAPTIVE``: the waste target off, as the step cost
+    sets the threshold); with ``LOOKUPDEC_ISOLATE=1``, an :class:`IsolatedDrafter` of the same settings."""
     static = os.environ.get("LOOKUPDEC_STATIC") or None
     dynamic = os.environ.get("LOOKUPDEC_DYNAMIC") or None
     policy = os.environ.get("LOOKUPDEC_POLICY") or "llama"
     corpus = os.environ.get("LOOKUPDEC_CORPUS") or None
     check_corpus_setting(corpus, policy, "LOOKUPDEC_CORPUS", "LOOKUPDEC_POLICY")
+    history_tokens = history_tokens_setting(
+        os.environ.get("LOOKUPDEC_HISTORY_TOKENS"), policy, "LOOKUPDEC_HISTORY_TOKENS"
+    )
     target_waste = target_waste_from_env(policy)
     if adaptive_from_env(policy, target_waste):
         target_waste = 0.0
+    kwargs: dict[str, Any] = dict(
+        static=static, n_draft=n_draft, policy=policy, target_waste=target_waste, corpus=corpus,
+        history_tokens=history_tokens,
+    )  # fmt: skip
     if flag_from_env("LOOKUPDEC_ISOLATE"):  # None (unset) or False: shared
-        return isolated_drafter(static, dynamic, n_draft, policy, target_waste, "LOOKUPDEC_ISOLATE=1", corpus)
-    return lookupdec.Drafter(
-        static=static, dynamic=dynamic, n_draft=n_draft, policy=policy, target_waste=target_waste, corpus=corpus
-    )
+        return isolated_drafter(dynamic=dynamic, where="LOOKUPDEC_ISOLATE=1", **kwargs)
+    return lookupdec.Drafter(dynamic=dynamic, **kwargs)
 
 
 class LookupProposer:

@@ -20,8 +20,9 @@ lookupdec.adapters.vllm_plugin:register``, which vLLM calls in every process it 
 nothing.
 
 ``speculator_options`` keys (all optional): ``static``, ``dynamic``, ``policy``, ``corpus``,
-``target_waste``, ``save_interval`` and ``isolate``. They mean what ``LOOKUPDEC_STATIC``,
-``LOOKUPDEC_DYNAMIC``, ``LOOKUPDEC_POLICY``, ``LOOKUPDEC_CORPUS``, ``LOOKUPDEC_TARGET_WASTE``,
+``history_tokens``, ``target_waste``, ``save_interval`` and ``isolate``. They mean what
+``LOOKUPDEC_STATIC``, ``LOOKUPDEC_DYNAMIC``, ``LOOKUPDEC_POLICY``, ``LOOKUPDEC_CORPUS``,
+``LOOKUPDEC_HISTORY_TOKENS``, ``LOOKUPDEC_TARGET_WASTE``,
 ``LOOKUPDEC_SAVE_INTERVAL`` and ``LOOKUPDEC_ISOLATE`` mean for the 0.33 adapter, and those
 variables are read for any key not given. ``"isolate": True`` makes every request draft only
 from its own tokens and the static index (:class:`lookupdec.adapters.IsolatedDrafter`).
@@ -71,6 +72,7 @@ from lookupdec.adapters._vllm_rows import propose_within
 from lookupdec.adapters.vllm import (
     check_corpus_setting,
     flag_from_env,
+    history_tokens_setting,
     isolated_drafter,
     save_interval_from_env,
     target_waste_from_env,
@@ -83,7 +85,7 @@ METHOD = "lookupdec"
 CONFIG_CLASS = "lookupdec.adapters.vllm_v2.LookupdecSpeculatorConfig"
 """The qualified name registered, imported by vLLM only when the method is used."""
 
-OPTIONS = ("static", "dynamic", "policy", "corpus", "target_waste", "save_interval", "isolate")
+OPTIONS = ("static", "dynamic", "policy", "corpus", "history_tokens", "target_waste", "save_interval", "isolate")
 """The ``speculator_options`` keys lookupdec reads."""
 
 
@@ -102,7 +104,7 @@ def register() -> None:
 
 def read_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], float]:
     """The :class:`lookupdec.Drafter` keyword arguments (``static``, ``dynamic``, ``policy``, ``corpus``,
-    ``target_waste``) and
+    ``history_tokens``, ``target_waste``) and
     the save interval in seconds that ``speculator_options`` ask for.
 
     Keys not given fall back to the ``LOOKUPDEC_*`` environment variables. An unknown key, or
@@ -130,6 +132,14 @@ def read_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], flo
         if not options.get("policy") and os.environ.get("LOOKUPDEC_POLICY")
         else "speculator_options['policy']",
     )
+    if options.get("history_tokens") is not None:
+        history_tokens = history_tokens_setting(
+            options["history_tokens"], policy, "speculator_options['history_tokens']"
+        )
+    else:
+        history_tokens = history_tokens_setting(
+            os.environ.get("LOOKUPDEC_HISTORY_TOKENS"), policy, "LOOKUPDEC_HISTORY_TOKENS"
+        )
     waste = options.get("target_waste")
     if waste is None:
         target_waste = target_waste_from_env(policy)
@@ -148,7 +158,10 @@ def read_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], flo
         save_interval = float(interval)
     else:
         raise ValueError(f"speculator_options['save_interval'] must be a number of seconds >= 0, not {interval!r}")
-    kwargs = dict(static=static, dynamic=dynamic, policy=policy, corpus=corpus, target_waste=target_waste)
+    kwargs = dict(
+        static=static, dynamic=dynamic, policy=policy, corpus=corpus, history_tokens=history_tokens,
+        target_waste=target_waste,
+    )  # fmt: skip
     return kwargs, save_interval
 
 
