@@ -12,7 +12,7 @@ from lookupdec._lifecycle import DrafterStats
 
 
 class IsolatedDrafter:
-    """A drafter whose requests draft only from their own tokens and the static index.
+    """A drafter whose requests draft only from their own tokens, the static index and the corpus.
 
     A :class:`lookupdec.Drafter` shared by a server's requests drafts each one from the others'
     text too: llama.cpp's dynamic cache merges every ended request, and the hybrid policy's

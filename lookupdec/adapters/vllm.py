@@ -28,7 +28,7 @@ chance of acceptance pays for their share of the batch's step, priced by
 instead, as does setting ``LOOKUPDEC_TARGET_WASTE``) and
 ``LOOKUPDEC_SAVE_INTERVAL`` (seconds between two saves of the dynamic file while requests end;
 default 30, 0 saves after every step that ended one) and ``LOOKUPDEC_ISOLATE`` (``1``: every request
-drafts only from its own tokens and the static index, never from other requests' text, as a
+drafts only from its own tokens, the static index and the corpus, never from other requests' text, as a
 server of users who must not learn about one another needs: see
 :class:`lookupdec.adapters.IsolatedDrafter`; no dynamic file then). The longest draft is vLLM's
 ``num_speculative_tokens``. Priced drafts depend on the steps' measured times, so two runs may

@@ -25,7 +25,7 @@ nothing.
 ``LOOKUPDEC_HISTORY_TOKENS``, ``LOOKUPDEC_TARGET_WASTE``,
 ``LOOKUPDEC_SAVE_INTERVAL`` and ``LOOKUPDEC_ISOLATE`` mean for the 0.33 adapter, and those
 variables are read for any key not given. ``"isolate": True`` makes every request draft only
-from its own tokens and the static index (:class:`lookupdec.adapters.IsolatedDrafter`).
+from its own tokens, the static index and the corpus (:class:`lookupdec.adapters.IsolatedDrafter`).
 The 0.33 adapter's ``LOOKUPDEC_ADAPTIVE`` has no counterpart here: vLLM 0.34 verifies
 every one of the ``k`` columns of every row (a shorter draft is padded, see below), so drafting
 fewer tokens saves no work.
