@@ -324,15 +324,29 @@ class Drafter:
             return p.cache()
         if isinstance(static, (str, os.PathLike)):
             path = os.fspath(static)
-            if fingerprint is not None and os.path.isfile(path):
-                header = read_index_vocab(path)
-                if header is not None:
+            header = read_index_vocab(path) if os.path.isfile(path) else None
+            if header is not None:
+                if fingerprint is not None:
                     check_vocab_fingerprint(path, "static index", header[1], fingerprint)
+                self._check_static_vocab(path, header[0])
             return p.load_static(path, in_memory=in_memory)
+        where = getattr(static, "path", "the static index")
         known = getattr(static, "vocab_fingerprint", None)
         if fingerprint is not None and isinstance(known, bytes):
-            check_vocab_fingerprint(getattr(static, "path", "the static index"), "static index", known, fingerprint)
+            check_vocab_fingerprint(where, "static index", known, fingerprint)
+        recorded = getattr(static, "vocab_size", None)  # an opened lookupdec index's header
+        if isinstance(recorded, int):
+            self._check_static_vocab(where, recorded)
         return static
+
+    def _check_static_vocab(self, where: str, recorded: int) -> None:
+        """VocabularyError when the static index records a larger vocabulary (0: none recorded) than
+        ``vocab_size``: it would draft ids the model does not have."""
+        if self.vocab_size is not None and recorded > self.vocab_size:
+            raise VocabularyError(
+                f"{where}: the static index was built for a vocabulary of {recorded} ids, more than the "
+                f"vocabulary size {self.vocab_size}: it would draft ids the model does not have"
+            )
 
     # --- requests -----------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ import lookupdec
 from lookupdec.adapters import IsolatedDrafter
 from lookupdec.adapters._vllm_rows import RowTracker
 from lookupdec.adapters.vllm import LookupProposer
-from lookupdec.errors import CacheFormatError
+from lookupdec.errors import CacheFormatError, VocabularyError
 from lookupdec.formats import write_static
 from lookupdec.reference.hybrid import THRESHOLD_MAX, THRESHOLD_MIN
 from tests.fake_vllm import FakeRequest, FakeVllm, vllm_config
@@ -535,6 +535,32 @@ def test_history_tokens_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
         monkeypatch.setenv("LOOKUPDEC_POLICY", policy)
         with pytest.raises(ValueError, match=re.escape(message)):
             LookupProposer(vllm_config(3, 100))
+
+
+def test_files_of_a_larger_vocabulary_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The model's vocabulary (model_config.get_vocab_size()) bounds the files' recorded ones: a
+    # static index or corpus of another tokenizer would draft ids the engine cannot take.
+    for name in ("LOOKUPDEC_TARGET_WASTE", "LOOKUPDEC_ADAPTIVE", "LOOKUPDEC_DYNAMIC", "LOOKUPDEC_HISTORY_TOKENS"):
+        monkeypatch.delenv(name, raising=False)
+    static, corpus = tmp_path / "static.lkdc", tmp_path / "c.lkcorpus"
+    write_static([((1, 2, -1, -1), [(3, 4)])], static, vocab_size=1000)
+    lookupdec.fast.CorpusIndex.from_tokens([5, 6, 7], vocab_size=1000).save(corpus)
+    config = vllm_config(3, 100)
+    config.model_config.get_vocab_size = lambda: 1000
+    monkeypatch.setenv("LOOKUPDEC_STATIC", os.fspath(static))
+    monkeypatch.setenv("LOOKUPDEC_CORPUS", os.fspath(corpus))
+    monkeypatch.setenv("LOOKUPDEC_POLICY", "hybrid")
+    for isolate in ("0", "1"):
+        monkeypatch.setenv("LOOKUPDEC_ISOLATE", isolate)
+        proposer = LookupProposer(config)
+        assert proposer.drafter.vocab_size == 1000
+        proposer.close()
+    config.model_config.get_vocab_size = lambda: 999
+    with pytest.raises(VocabularyError, match=r"static\.lkdc: the static index was built for a vocabulary of 1000"):
+        LookupProposer(config)
+    monkeypatch.delenv("LOOKUPDEC_STATIC")
+    with pytest.raises(VocabularyError, match=r"c\.lkcorpus: the corpus file was built for a vocabulary of 1000"):
+        LookupProposer(config)
 
 
 def test_isolated_drafter_alone() -> None:

@@ -16,6 +16,7 @@ import pytest
 import lookupdec
 from lookupdec.adapters import IsolatedDrafter, vllm_plugin
 from lookupdec.adapters.vllm_plugin import RequestTable, drafter_from_options, pad_drafts, read_options
+from lookupdec.errors import VocabularyError
 from lookupdec.tokens import read_tokens
 
 DATA = Path(lookupdec.__file__).resolve().parent / "data"  # the installed package's, as in a wheel test
@@ -203,7 +204,7 @@ def test_corpus_option(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for var in ("STATIC", "DYNAMIC", "POLICY", "CORPUS", "TARGET_WASTE", "ISOLATE"):
         monkeypatch.delenv(f"LOOKUPDEC_{var}", raising=False)
     path = tmp_path / "c.lkcorpus"
-    lookupdec.fast.CorpusIndex.from_tokens([5, 6, 7, 8, 9]).save(path)
+    lookupdec.fast.CorpusIndex.from_tokens([5, 6, 7, 8, 9], vocab_size=10).save(path)
     for options in (
         {"policy": "hybrid", "corpus": str(path)},
         {"policy": "hybrid", "corpus": str(path), "isolate": True},
@@ -225,6 +226,9 @@ def test_corpus_option(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         read_options({"corpus": str(path)})
     with pytest.raises(ValueError, match=r"speculator_options\['corpus'\] must be a string"):
         read_options({"corpus": [5, 6]})
+    with pytest.raises(VocabularyError, match=r"c\.lkcorpus: the corpus file was built for a vocabulary of 10 ids"):
+        drafter_from_options({"policy": "hybrid", "corpus": str(path)}, 4, vocab_size=8)
+    assert drafter_from_options({"policy": "hybrid", "corpus": str(path)}, 4, vocab_size=10).vocab_size == 10
     with pytest.raises(FileNotFoundError, match=r"nowhere\.lkcorpus"):
         drafter_from_options({"policy": "hybrid", "corpus": str(tmp_path / "nowhere.lkcorpus")}, 4)
 

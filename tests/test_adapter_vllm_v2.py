@@ -70,7 +70,7 @@ def vllm_config(options: dict[str, Any] | None) -> Any:
     spec.speculator_config = LookupdecSpeculatorConfig(spec)
     return SimpleNamespace(
         speculative_config=spec,
-        model_config=SimpleNamespace(max_model_len=MAX_MODEL_LEN),
+        model_config=SimpleNamespace(max_model_len=MAX_MODEL_LEN, get_vocab_size=lambda: 128_256),
         scheduler_config=SimpleNamespace(max_num_seqs=8),
     )
 
@@ -102,6 +102,7 @@ def test_registered_and_built_by_vllm(request_state: Any) -> None:
     spec = init_speculator(vllm_config({"policy": "llama"}), torch.device("cpu"), request_state)
     assert type(spec) is LookupSpeculator and isinstance(spec, BaseSpeculator)
     assert spec.req_states is request_state and spec.k == K and spec.drafter.policy == "llama"
+    assert spec.vocab_size == spec.drafter.vocab_size == 128_256  # the model's, checked against the files'
 
 
 def test_propose_through_request_state(request_state: Any, tmp_path: Path) -> None:

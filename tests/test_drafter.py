@@ -182,6 +182,25 @@ class DrafterTests(ImplTests):
         else:
             self.impl.Drafter(static=unknown, vocab_fingerprint=b"B" * 8)
 
+    def test_static_index_of_a_larger_vocabulary(self, tmp_path: Path) -> None:
+        # An index recorded for more ids than the model has would draft ids the model does not have.
+        path = tmp_path / "static.lkdc"
+        write_static([((1, 2, -1, -1), [(3, 4)])], path, vocab_size=1000)
+        static: Any = path
+        if self.impl.IMPLEMENTATION == "reference":  # it takes the index opened by the layer above
+            from lookupdec.cli._pipeline import load_static
+
+            static = load_static(self.impl, str(path))
+        with pytest.raises(VocabularyError, match=f"{path}: the static index was built for a vocabulary of 1000 ids"):
+            self.impl.Drafter(static=static, vocab_size=999)
+        for vocab_size in (1000, 4096, None):
+            with self.impl.Drafter(static=static, vocab_size=vocab_size).request([1, 2]) as req:
+                assert req.propose() == [3]
+        unknown = tmp_path / "unknown.lkdc"  # no vocabulary recorded: nothing to check
+        write_static([((1, 2, -1, -1), [(3, 4)])], unknown)
+        if self.impl.IMPLEMENTATION == "fast":
+            self.impl.Drafter(static=unknown, vocab_size=10)
+
     def test_save_merges_into_what_is_on_disk(self, tmp_path: Path) -> None:
         path = tmp_path / "dynamic.bin"
         a = self.impl.Drafter(dynamic=path)

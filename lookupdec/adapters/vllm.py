@@ -294,10 +294,19 @@ def isolated_drafter(dynamic: Any, where: str, **settings: Any) -> IsolatedDraft
     return IsolatedDrafter(**settings)
 
 
-def drafter_from_env(n_draft: int) -> Any:
+def model_vocab_size(vllm_config: Any) -> int | None:
+    """The served model's vocabulary size (``model_config.get_vocab_size()``; None where the config
+    has no such method). A Drafter given it refuses a static index or corpus file recorded for a
+    larger vocabulary, whose drafted ids the engine could not take."""
+    get = getattr(getattr(vllm_config, "model_config", None), "get_vocab_size", None)
+    return int(get()) if callable(get) else None
+
+
+def drafter_from_env(n_draft: int, vocab_size: int | None = None) -> Any:
     """A :class:`lookupdec.Drafter` configured by ``LOOKUPDEC_STATIC``/``_DYNAMIC``/``_POLICY``/``_CORPUS``/
     ``_HISTORY_TOKENS``/``_TARGET_WASTE`` (and ``_ADAPTIVE``: the waste target off, as the step cost
-    sets the threshold); with ``LOOKUPDEC_ISOLATE=1``, an :class:`IsolatedDrafter` of the same settings."""
+    sets the threshold); with ``LOOKUPDEC_ISOLATE=1``, an :class:`IsolatedDrafter` of the same settings.
+    ``vocab_size``: the model's (:func:`model_vocab_size`), checked against the files'."""
     static = os.environ.get("LOOKUPDEC_STATIC") or None
     dynamic = os.environ.get("LOOKUPDEC_DYNAMIC") or None
     policy = os.environ.get("LOOKUPDEC_POLICY") or "llama"
@@ -311,7 +320,7 @@ def drafter_from_env(n_draft: int) -> Any:
         target_waste = 0.0
     kwargs: dict[str, Any] = dict(
         static=static, n_draft=n_draft, policy=policy, target_waste=target_waste, corpus=corpus,
-        history_tokens=history_tokens,
+        history_tokens=history_tokens, vocab_size=vocab_size,
     )  # fmt: skip
     if flag_from_env("LOOKUPDEC_ISOLATE"):  # None (unset) or False: shared
         return isolated_drafter(dynamic=dynamic, where="LOOKUPDEC_ISOLATE=1", **kwargs)
@@ -351,7 +360,7 @@ class LookupProposer:
         """Tokens proposed per request and step at most (vLLM's ``num_speculative_tokens``)."""
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         """No draft goes past this many tokens in a request."""
-        self.drafter = drafter if drafter is not None else drafter_from_env(self.k)
+        self.drafter = drafter if drafter is not None else drafter_from_env(self.k, model_vocab_size(vllm_config))
         """The :class:`lookupdec.Drafter` all requests share (``drafter.stats``, ``drafter.save()``), or
         an :class:`lookupdec.adapters.IsolatedDrafter` that gives each its own."""
         if adaptive is None:
@@ -462,6 +471,7 @@ __all__ = [
     "finish",
     "flag_from_env",
     "isolated_drafter",
+    "model_vocab_size",
     "runner_requests",
     "save_interval_from_env",
     "tensor_parallel_rank",

@@ -175,15 +175,16 @@ def isolate_option(options: Mapping[str, Any] | None) -> bool:
     return value
 
 
-def drafter_from_options(options: Mapping[str, Any] | None, n_draft: int) -> Any:
+def drafter_from_options(options: Mapping[str, Any] | None, n_draft: int, vocab_size: int | None = None) -> Any:
     """The :class:`lookupdec.Drafter` that ``speculator_options`` ask for (see :func:`read_options`), or
-    with ``isolate``, the :class:`lookupdec.adapters.IsolatedDrafter` of the same settings."""
+    with ``isolate``, the :class:`lookupdec.adapters.IsolatedDrafter` of the same settings.
+    ``vocab_size``: the model's (:func:`lookupdec.adapters.vllm.model_vocab_size`), checked against the files'."""
     kwargs = read_options(options)[0]
     if isolate_option(options):
         given = (options or {}).get("isolate") is not None
         where = "speculator_options['isolate']" if given else "LOOKUPDEC_ISOLATE=1"
-        return isolated_drafter(n_draft=n_draft, where=where, **kwargs)
-    return lookupdec.Drafter(n_draft=n_draft, **kwargs)
+        return isolated_drafter(n_draft=n_draft, where=where, vocab_size=vocab_size, **kwargs)
+    return lookupdec.Drafter(n_draft=n_draft, vocab_size=vocab_size, **kwargs)
 
 
 TokenReader = Callable[[int, int, int], Sequence[int]]

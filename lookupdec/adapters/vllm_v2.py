@@ -14,7 +14,7 @@ import torch
 from vllm.v1.worker.gpu.spec_decode.speculator import BaseSpeculator
 from vllm.v1.worker.gpu.spec_decode.speculator_config import SpeculatorConfig
 
-from lookupdec.adapters.vllm import IntervalSaver, tensor_parallel_rank
+from lookupdec.adapters.vllm import IntervalSaver, model_vocab_size, tensor_parallel_rank
 from lookupdec.adapters.vllm_plugin import RequestTable, drafter_from_options, pad_drafts, read_options
 
 if TYPE_CHECKING:
@@ -78,7 +78,9 @@ class LookupSpeculator(BaseSpeculator):  # type: ignore[misc]  # an Any base, as
         """vLLM's ``speculator_options`` (see :func:`lookupdec.adapters.vllm_plugin.drafter_from_options`)."""
         self.save_interval = read_options(self.options)[1]
         """Seconds between two saves while requests end (option ``save_interval``)."""
-        drafter = drafter_from_options(self.options, self.k)
+        self.vocab_size = model_vocab_size(vllm_config)
+        """The model's vocabulary size, checked against the static index's and the corpus's."""
+        drafter = drafter_from_options(self.options, self.k, self.vocab_size)
         self.table = RequestTable(drafter, self.k, int(vllm_config.model_config.max_model_len))
         """The open requests by vLLM request id, and the Drafter they share (``table.drafter``)."""
         self.saves = drafter.dynamic_path is not None and tensor_parallel_rank() == 0
@@ -116,7 +118,7 @@ class LookupSpeculator(BaseSpeculator):  # type: ignore[misc]  # an Any base, as
         ``save_interval`` has passed), and the open requests are dropped.
         """
         self.table.open.clear()
-        self.table.drafter = drafter_from_options(self.options, self.k)
+        self.table.drafter = drafter_from_options(self.options, self.k, self.vocab_size)
 
     def propose(
         self,
