@@ -117,7 +117,8 @@ def build_corpus(model_dir: Path) -> Path:
         part = Path(tmp) / out.name
         cmd = [sys.executable, "-m", "lookupdec", "create", str(text), "--tokenizer", str(model_dir / "tokenizer.json")]
         cmd += ["-o", str(Path(tmp) / "static.lkdc"), "--corpus-out", str(part), "-q"]
-        subprocess.run(cmd, check=True)
+        if subprocess.run(cmd).returncode != 0:  # lookupdec create said why on stderr
+            raise SystemExit(f"perf vllm-speedup: making the +corpus configs' corpus {out} failed (above)")
         part.replace(out)  # whole or not at all
     return out
 

@@ -332,3 +332,8 @@ def test_corpus_made_once_with_the_models_tokenizer(tmp_path: Path, monkeypatch:
     assert drafter.request([0, *cat_sat]).propose(3) == ids[3:6]
     mtime = path.stat().st_mtime_ns
     assert vs.build_corpus(model_dir) == path and path.stat().st_mtime_ns == mtime  # made once
+    bare = tmp_path / "no-tokenizer"
+    bare.mkdir()
+    with pytest.raises(SystemExit, match=r"making the \+corpus configs' corpus .* failed"):
+        vs.build_corpus(bare)
+    assert not vs.corpus_file(bare).exists()  # nothing half-written left to be taken for a corpus
