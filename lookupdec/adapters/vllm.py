@@ -18,8 +18,9 @@ from environment variables: ``LOOKUPDEC_STATIC`` (static cache file), ``LOOKUPDE
 process exits), ``LOOKUPDEC_POLICY`` (drafting policy: ``llama``, the default, or ``hybrid``),
 ``LOOKUPDEC_CORPUS`` (the hybrid policy's corpus file, as ``lookupdec create --corpus-out``
 writes it with the model's tokenizer: memory-mapped, its spans drafted as the history's are),
-``LOOKUPDEC_HISTORY_TOKENS`` (with ``hybrid``: the most tokens of ended and open requests its history
-keeps, default 4,194,304, at most about 235 MB; the older half is dropped when it is full),
+``LOOKUPDEC_HISTORY_TOKENS`` (with ``hybrid``: the most tokens of ended and open requests its
+history keeps, default 4,194,304, at most about 235 MB as docs/hybrid.md computes it; the older
+half is dropped when it is full),
 ``LOOKUPDEC_TARGET_WASTE`` (the hybrid policy's ``target_waste``: rejected drafted tokens per step
 it steers to, default 1.9; its controller moves slowly, over thousands of steps),
 ``LOOKUPDEC_ADAPTIVE`` (with the hybrid policy, the default: each row drafts only the tokens whose

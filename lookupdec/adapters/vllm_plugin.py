@@ -132,14 +132,12 @@ def read_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], flo
         if not options.get("policy") and os.environ.get("LOOKUPDEC_POLICY")
         else "speculator_options['policy']",
     )
-    if options.get("history_tokens") is not None:
-        history_tokens = history_tokens_setting(
-            options["history_tokens"], policy, "speculator_options['history_tokens']"
-        )
-    else:
-        history_tokens = history_tokens_setting(
-            os.environ.get("LOOKUPDEC_HISTORY_TOKENS"), policy, "LOOKUPDEC_HISTORY_TOKENS"
-        )
+    given = options.get("history_tokens")
+    history_tokens = history_tokens_setting(
+        given if given is not None else os.environ.get("LOOKUPDEC_HISTORY_TOKENS"),
+        policy,
+        "speculator_options['history_tokens']" if given is not None else "LOOKUPDEC_HISTORY_TOKENS",
+    )
     waste = options.get("target_waste")
     if waste is None:
         target_waste = target_waste_from_env(policy)
