@@ -222,7 +222,11 @@ class Drafter:
     target of :meth:`save`), an opened cache (used and updated in place), or None (an in-memory
     cache shared by this Drafter's requests, which is what ``replay`` does).
 
-    ``vocab_size`` (when known) bounds the token ids requests accept; ``vocab_fingerprint`` (8
+    ``vocab_size`` (when known) bounds the token ids requests accept and the files' ids: a
+    static index or corpus file that records a larger vocabulary is refused, and a static or
+    dynamic cache file given by path that records none (llama.cpp's, the fork's) has its ids
+    read once when it is opened and is refused if one is at or past ``vocab_size`` (VocabularyError
+    naming the file); ``vocab_fingerprint`` (8
     bytes, ``lookupdec.tokens.vocab_info``) is compared with a lookupdec static index's. The
     ``policy`` is how a proposal is drafted: ``"llama"``, llama.cpp's own (exactly ``replay``'s
     drafts), or ``"hybrid"``, llama.cpp's drafts continued by a suffix match over this Drafter's
@@ -293,6 +297,7 @@ class Drafter:
             self._dynamic_path = os.fspath(dynamic)
             if os.path.exists(self._dynamic_path) and os.path.getsize(self._dynamic_path) > 0:
                 host.dynamic = p.cache.load(self._dynamic_path)
+                self._check_file_ids(self._dynamic_path, "dynamic cache")
                 host.added = p.cache()
         elif dynamic is not None:
             host.dynamic = dynamic
@@ -329,7 +334,10 @@ class Drafter:
                 if fingerprint is not None:
                     check_vocab_fingerprint(path, "static index", header[1], fingerprint)
                 self._check_static_vocab(path, header[0])
-            return p.load_static(path, in_memory=in_memory)
+            opened = p.load_static(path, in_memory=in_memory)
+            if header is None or header[0] == 0:  # a file that records no vocabulary: its ids are read
+                self._check_file_ids(path, "static cache")
+            return opened
         where = getattr(static, "path", "the static index")
         known = getattr(static, "vocab_fingerprint", None)
         if fingerprint is not None and isinstance(known, bytes):
@@ -346,6 +354,23 @@ class Drafter:
             raise VocabularyError(
                 f"{where}: the static index was built for a vocabulary of {recorded} ids, more than the "
                 f"vocabulary size {self.vocab_size}: it would draft ids the model does not have"
+            )
+
+    def _check_file_ids(self, path: str, what: str) -> None:
+        """VocabularyError when the cache file at ``path`` (``what`` names its role), which records
+        no vocabulary, holds a token id at or past ``vocab_size``: it was made with another
+        tokenizer and would draft ids the model does not have (an engine may crash on them)."""
+        if self.vocab_size is None:
+            return
+        # Imported here: it reads the ids with numpy, which a Drafter needs only when told the
+        # model's vocabulary and given a file that does not record one.
+        from lookupdec.formats import max_token_id
+
+        top = max_token_id(path)
+        if top >= self.vocab_size:
+            raise VocabularyError(
+                f"{path}: the {what} holds token id {top}, not below the vocabulary size {self.vocab_size}: "
+                "it was made with another tokenizer and would draft ids the model does not have"
             )
 
     # --- requests -----------------------------------------------------------------------

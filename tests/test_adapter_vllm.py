@@ -561,6 +561,15 @@ def test_files_of_a_larger_vocabulary_are_refused(tmp_path: Path, monkeypatch: p
     monkeypatch.delenv("LOOKUPDEC_STATIC")
     with pytest.raises(VocabularyError, match=r"c\.lkcorpus: the corpus file was built for a vocabulary of 1000"):
         LookupProposer(config)
+    # llama.cpp's format records no vocabulary: its ids are read when it is opened.
+    monkeypatch.delenv("LOOKUPDEC_CORPUS")
+    legacy = tmp_path / "static.bin"
+    write_static([((1, 2, -1, -1), [(999, 4)])], legacy, "llama")
+    monkeypatch.setenv("LOOKUPDEC_STATIC", os.fspath(legacy))
+    for isolate in ("0", "1"):
+        monkeypatch.setenv("LOOKUPDEC_ISOLATE", isolate)
+        with pytest.raises(VocabularyError, match=r"static\.bin: the static cache holds token id 999, not below"):
+            LookupProposer(config)
 
 
 def test_isolated_drafter_alone() -> None:

@@ -196,10 +196,41 @@ class DrafterTests(ImplTests):
         for vocab_size in (1000, 4096, None):
             with self.impl.Drafter(static=static, vocab_size=vocab_size).request([1, 2]) as req:
                 assert req.propose() == [3]
-        unknown = tmp_path / "unknown.lkdc"  # no vocabulary recorded: nothing to check
+        unknown = tmp_path / "unknown.lkdc"  # no vocabulary recorded: its ids (1, 2, 3) are read
         write_static([((1, 2, -1, -1), [(3, 4)])], unknown)
         if self.impl.IMPLEMENTATION == "fast":
-            self.impl.Drafter(static=unknown, vocab_size=10)
+            self.impl.Drafter(static=unknown, vocab_size=4)
+            with pytest.raises(VocabularyError, match=f"{unknown}: the static cache holds token id 3, not below"):
+                self.impl.Drafter(static=unknown, vocab_size=3)
+
+    def test_cache_files_without_a_vocabulary_have_their_ids_read(self, tmp_path: Path) -> None:
+        # llama.cpp's files and the fork's record no vocabulary: given the model's, a Drafter reads
+        # their ids when it opens them and refuses one made with a larger vocabulary, naming it,
+        # instead of drafting ids the model does not have. Every format the implementation opens
+        # by path, as the static cache, and llama.cpp's as the dynamic cache too.
+        contents = [((1, 2, -1, -1), [(999, 4)]), ((999, 5, -1, -1), [(6, 1)])]
+        formats = ["llama"] if self.impl.IMPLEMENTATION == "reference" else ["llama", "fork-v2", "lookupdec"]
+        for fmt in formats:
+            path = tmp_path / f"static.{fmt}"
+            write_static(contents, path, fmt)
+            with pytest.raises(
+                VocabularyError, match=f"{path}: the static cache holds token id 999, not below the vocabulary size 999"
+            ):
+                self.impl.Drafter(static=path, vocab_size=999)
+            for vocab_size in (1000, None):
+                with self.impl.Drafter(static=path, vocab_size=vocab_size).request([1, 2]) as req:
+                    assert req.propose() == [999]
+        dynamic = tmp_path / "dynamic.bin"
+        a = self.impl.Drafter(dynamic=dynamic)
+        with a.request([7, 8, 999] * 8):
+            pass
+        a.save()
+        before = dynamic.read_bytes()
+        with pytest.raises(VocabularyError, match=f"{dynamic}: the dynamic cache holds token id 999, not below"):
+            self.impl.Drafter(dynamic=dynamic, vocab_size=999)
+        assert dynamic.read_bytes() == before  # refused, never rewritten
+        with self.impl.Drafter(dynamic=dynamic, vocab_size=1000).request([7, 8]) as req:
+            assert req.propose()[:1] == [999]
 
     def test_save_merges_into_what_is_on_disk(self, tmp_path: Path) -> None:
         path = tmp_path / "dynamic.bin"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import mmap
 import os
 import sys
 import warnings
@@ -12,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from lookupdec.formats._tables import Table
-from lookupdec.formats.detect import NULL, Key, detect_format, read_all
+from lookupdec.formats.detect import NULL, Key, detect_format, open_regular, read_all
 from lookupdec.formats.fork import ForkStatic
 from lookupdec.formats.index import check_starts, index_arrays, index_header, verify_index
 from lookupdec.formats.legacy import decode_legacy
@@ -182,17 +183,22 @@ def max_token_id(path: str | os.PathLike[str]) -> int:
     has no key table: only its followers are read.
     """
     fmt = detect_format(path)
+    if fmt == "lookupdec":
+        # Mapped, not read: an index can be gigabytes, and only its keys and followers are read
+        # (pages of the page cache, shared, not a private copy).
+        with open_regular(path) as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            h = index_header(path, mapped, len(mapped))
+            keys = np.frombuffer(mapped, dtype="<i8", count=h.n_keys, offset=h.keys_offset)
+            tokens = np.frombuffer(mapped, dtype="<i4", count=h.n_entries, offset=h.tokens_offset)
+            top = -1
+            if len(keys):
+                low = (keys & 0xFFFFFFFF).astype(np.uint32).view(np.int32)  # the second token, signed
+                top = int(max((keys >> 32).max(), low.max(), tokens.max() if len(tokens) else -1))
+            del keys, tokens  # views into the mapping: it cannot close while they live
+            return top
     data = read_all(path)
     if fmt == "llama":
         return _legacy_max_token(data)
-    if fmt == "lookupdec":
-        h = index_header(path, data, len(data))
-        keys = np.frombuffer(data, dtype="<i8", count=h.n_keys, offset=h.keys_offset)
-        tokens = np.frombuffer(data, dtype="<i4", count=h.n_entries, offset=h.tokens_offset)
-        if len(keys) == 0:
-            return -1
-        low = (keys & 0xFFFFFFFF).astype(np.uint32).view(np.int32)  # the second token, signed
-        return int(max((keys >> 32).max(), low.max(), tokens.max() if len(tokens) else -1))
     fork = ForkStatic(path)
     followers, _ = fork._entries()
     top = int(followers.max()) if len(followers) else -1
