@@ -768,6 +768,76 @@ def test_stats_corpus_needs_hybrid_and_a_file(capsys: pytest.CaptureFixture[str]
     assert_clean_error(code, err, "missing.bin")
 
 
+def test_corpus_file_and_static_index_swapped(capsys: pytest.CaptureFixture[str], files: dict[str, str]) -> None:
+    # create writes the static index and the corpus file side by side; each given where the
+    # other (or text) belongs is refused naming the file and what it is, not read as llama.cpp's
+    # format or as token ids (which failed on a "record" or a "negative id" inside its header).
+    d = Path(files["dir"])
+    static, corpus = str(d / "s.lkdc"), str(d / "c.lkcorpus")
+    code, _, err = run(
+        capsys, "create", files["corpus"], "-o", static, "--corpus-out", corpus, "--vocab-size", "128256", "-q"
+    )
+    assert code == 0, err
+    argv: tuple[str, ...]
+    for argv in (
+        ("stats", files["replay"], "-lcs", corpus),
+        ("stats", files["replay"], "-lcd", corpus),
+        ("merge", corpus, static, "-o", str(d / "m.lkdc")),
+    ):
+        code, _, err = run(capsys, *argv)
+        assert_clean_error(code, err, corpus, "a lookupdec corpus file", "not an n-gram cache")
+    for argv in (
+        ("stats", files["replay"], "--policy", "hybrid", "--corpus", static),
+        ("stats", static),
+        ("create", static, "-o", str(d / "again.lkdc")),
+    ):
+        code, _, err = run(capsys, *argv)
+        assert_clean_error(code, err, static, "a lookupdec static index", "not text or token ids")
+    code, _, err = run(capsys, "stats", corpus, "--tokens")
+    assert_clean_error(code, err, corpus, "a lookupdec corpus file", "not text or token ids")
+    assert not (d / "m.lkdc").exists() and not (d / "again.lkdc").exists()
+
+
+def test_inspect_corpus_file(capsys: pytest.CaptureFixture[str], files: dict[str, str]) -> None:
+    d = Path(files["dir"])
+    corpus = str(d / "c.lkcorpus")
+    code, _, err = run(
+        capsys,
+        "create",
+        files["corpus"],
+        "-o",
+        str(d / "s.lkdc"),
+        "--corpus-out",
+        corpus,
+        "--vocab-size",
+        "128256",
+        "-q",
+    )
+    assert code == 0, err
+    ids = np.fromfile(files["corpus"], dtype="<i4")
+    code, out, err = run(capsys, "inspect", corpus, "--verify", "--json")
+    assert code == 0, err
+    info = json.loads(out)
+    assert (info["format"], info["n_tokens"], info["vocab_size"], info["verified"]) == (
+        "corpus",
+        len(ids),
+        128256,
+        True,
+    )
+    # bigrams with a token after them, counted from the ids (the file indexes those)
+    assert info["n_bigrams"] == len(set(zip(ids[:-2].tolist(), ids[1:-1].tolist(), strict=True)))
+    code, out, err = run(capsys, "inspect", corpus)
+    assert code == 0, err
+    assert f"{len(ids):,} (ids" in out and "128,256 ids" in out and "corpus, version" in out
+    data = bytearray(Path(corpus).read_bytes())
+    data[-1] ^= 0xFF  # the trigram section's last byte: only the full check reads it
+    Path(corpus).write_bytes(bytes(data))
+    code, _, err = run(capsys, "inspect", corpus)
+    assert code == 0, err
+    code, _, err = run(capsys, "inspect", corpus, "--verify")
+    assert_clean_error(code, err, corpus, "checksum")
+
+
 @pytest.mark.parametrize("impl", ["reference", "fast"])
 def test_stats_target_waste(capsys: pytest.CaptureFixture[str], files: dict[str, str], impl: str) -> None:
     # --target-waste gives replay(..., target_waste=W)'s counts; a low target wastes less than the default

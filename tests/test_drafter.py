@@ -13,7 +13,7 @@ import pytest
 
 import lookupdec
 from lookupdec._lifecycle import DrafterStats
-from lookupdec.errors import CountSaturationWarning, RequestClosedError, VocabularyError
+from lookupdec.errors import CacheFormatError, CountSaturationWarning, RequestClosedError, VocabularyError
 from lookupdec.formats import write_static
 from tests.conftest import DEMO_DATA
 from tests.impls import FastImpl, ImplTests, ReferenceImpl
@@ -231,6 +231,20 @@ class DrafterTests(ImplTests):
         assert dynamic.read_bytes() == before  # refused, never rewritten
         with self.impl.Drafter(dynamic=dynamic, vocab_size=1000).request([7, 8]) as req:
             assert req.propose()[:1] == [999]
+
+    def test_corpus_file_and_static_index_swapped(self, tmp_path: Path) -> None:
+        # Each refused naming the file and what it is, as the static, dynamic or corpus argument
+        # the other belongs in (a corpus file read as llama.cpp's format failed on a "record").
+        static, corpus = tmp_path / "s.lkdc", tmp_path / "c.lkcorpus"
+        write_static([((1, 2, -1, -1), [(3, 4)])], static)
+        lookupdec.fast.CorpusIndex.from_tokens([5, 6, 7, 8]).save(corpus)
+        for kwargs in ({"static": corpus}, {"dynamic": corpus}):
+            with pytest.raises(CacheFormatError, match=f"{corpus}: a lookupdec corpus file .*not an n-gram cache"):
+                self.impl.Drafter(**kwargs)
+        with pytest.raises(CacheFormatError, match=f"{static}: a lookupdec static index .*not a corpus file"):
+            self.impl.Drafter(policy="hybrid", corpus=static)
+        with self.impl.Drafter(policy="hybrid", corpus=corpus).request([5, 6]) as req:
+            assert req.propose()[:2] == [7, 8]
 
     def test_save_merges_into_what_is_on_disk(self, tmp_path: Path) -> None:
         path = tmp_path / "dynamic.bin"

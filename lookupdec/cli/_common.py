@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -33,10 +34,34 @@ def want_progress(args: argparse.Namespace) -> bool:
     return not getattr(args, "quiet", False) and sys.stderr.isatty()
 
 
+def refuse_lookup_file(path: str) -> None:
+    """UsageError when ``path``, given as text or token ids, is a static cache or a corpus file.
+
+    ``create`` writes both beside the texts it reads; read as token ids, such a file fails with
+    an error about a negative id somewhere inside (its header), or worse, reads as ids. Only
+    files with a magic are recognized (llama.cpp's own format has none).
+    """
+    from lookupdec.formats.detect import MAGIC_CORPUS, cache_kind
+
+    if not os.path.isfile(path):  # a fifo would block open(): the reader that follows says what it is
+        return
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return  # unreadable: the reader that follows says why
+    kind = cache_kind(head)
+    if kind is not None:
+        raise UsageError(f"{path}: {kind} (an n-gram cache, as -lcs takes), not text or token ids")
+    if head == MAGIC_CORPUS:
+        raise UsageError(f"{path}: a lookupdec corpus file (the hybrid policy's --corpus), not text or token ids")
+
+
 def load_input_array(args: argparse.Namespace, path: str) -> Any:
     """The ids of ``path`` as ``--tokens``/``--tokenizer``/``--add-bos`` say, as a numpy array."""
     from lookupdec.tokens import load_tokens
 
+    refuse_lookup_file(path)
     return load_tokens(path, tokens=args.tokens, tokenizer=args.tokenizer, add_bos=args.add_bos)
 
 
@@ -57,6 +82,7 @@ def load_replay(args: argparse.Namespace, path: str) -> Sequence[int]:
     lower = path.lower()
     raw = args.tokens or lower.endswith(TOKEN_SUFFIXES)
     if raw and args.tokenizer is None and not args.add_bos and not lower.endswith(".npy"):
+        refuse_lookup_file(path)
         return read_raw_ids(path)
     return load_input(args, path)  # text, .npy, or a combination of flags it reports as an error
 

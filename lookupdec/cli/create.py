@@ -27,6 +27,7 @@ from lookupdec.cli._common import (
     load_input_array,
     load_replay,
     mb,
+    refuse_lookup_file,
     want_progress,
 )
 from lookupdec.cli._pipeline import (
@@ -46,6 +47,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     impl = resolve_impl(args.impl)  # checked first for every format, though only llama and fork-v2 use it
     for path in args.corpus:
         require_file(path, "corpus")
+        refuse_lookup_file(path)  # every reader below (the builder's own too) takes ids or text
     check_output_path(args.output, args.corpus)  # before the work: not a device, not a corpus
     if args.corpus_out is not None:
         check_output_path(args.corpus_out, [*args.corpus, args.output])

@@ -1,4 +1,4 @@
-"""``lookupdec inspect``: describe a cache file (kind, sizes, counts, heaviest n-grams)."""
+"""``lookupdec inspect``: describe a cache file (kind, sizes, counts, heaviest n-grams) or a corpus file."""
 
 from __future__ import annotations
 
@@ -28,8 +28,11 @@ def inspect_cache(path: str, top: int = 10, verify: bool = False) -> dict[str, A
     file: trailing bytes become an error) and raises :class:`CacheFormatError` on failure.
     """
     from lookupdec import formats
+    from lookupdec.formats.corpus import is_corpus_file
 
     require_file(path, "cache file")
+    if is_corpus_file(path):
+        return inspect_corpus(path, verify=verify)
     raw = formats.inspect_file(path, verify=verify, top=top)
     for message in raw.get("warnings") or []:
         warnings.warn(message, stacklevel=2)
@@ -65,13 +68,66 @@ def inspect_cache(path: str, top: int = 10, verify: bool = False) -> dict[str, A
     return info
 
 
+CORPUS_KIND = "corpus file (the hybrid policy's corpus: stats --corpus, Drafter(corpus=...))"
+
+
+def inspect_corpus(path: str, verify: bool = False) -> dict[str, Any]:
+    """What ``lookupdec inspect`` reports about a corpus file (``create --corpus-out``), as a dict.
+
+    Its header, checked in constant time; ``verify`` also runs the full check (the checksum,
+    and every section equal to what the ids give) and raises :class:`CacheFormatError` on failure.
+    """
+    from lookupdec.formats.corpus import read_corpus_header
+
+    h = read_corpus_header(path)
+    if verify:
+        # The compiled CorpusIndex holds the only full check (the reference reads the ids alone).
+        from lookupdec.fast import CorpusIndex
+
+        with CorpusIndex.open(path) as corpus:
+            corpus.verify()
+    return {
+        "file": path,
+        "format": "corpus",
+        "file_bytes": h.file_size,
+        "kind": CORPUS_KIND,
+        "version": h.version,
+        "n_tokens": h.n_tokens,
+        "n_bigrams": h.n_bigrams,
+        "vocab_size": h.vocab_size,
+        "vocab_fingerprint": h.vocab_fingerprint.hex(),
+        "verified": verify,
+    }
+
+
+def _corpus_rows(info: dict[str, Any]) -> list[tuple[str, str]]:
+    vocab = f"{info['vocab_size']:,} ids" if info["vocab_size"] else "not recorded (made without --tokenizer)"
+    fingerprint = info["vocab_fingerprint"]
+    return [
+        ("file", info["file"]),
+        ("format", f"corpus, version {info['version']}"),
+        ("kind", info["kind"]),
+        ("file size", f"{info['file_bytes']:,} bytes ({mb(info['file_bytes'])})"),
+        ("tokens", f"{info['n_tokens']:,} (ids, -1 between documents)"),
+        ("bigrams", f"{info['n_bigrams']:,} distinct"),
+        ("vocabulary", vocab),
+        ("fingerprint", fingerprint if fingerprint.strip("0") else "not recorded"),
+    ]
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
-    """``lookupdec inspect``: describe a cache file."""
+    """``lookupdec inspect``: describe a cache file or a corpus file."""
     if args.top < 0:
         raise UsageError(f"--top must be >= 0, got {args.top}")
     info = inspect_cache(args.file, top=args.top, verify=args.verify)
     if args.json:
         print(json.dumps(info))
+        return EXIT_OK
+    if info["format"] == "corpus":
+        rows = _corpus_rows(info)
+        if args.verify:
+            rows.append(("verify", "ok (the checksum, and every section equal to what the ids give)"))
+        _print_rows(rows)
         return EXIT_OK
     rows = [
         ("file", info["file"]),
@@ -91,9 +147,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         rows.append((name.replace("_", " "), f"{value:,}" if isinstance(value, int) else str(value)))
     if args.verify:
         rows.append(("verify", "ok (every check of the format passed)"))
-    width = max(len(name) for name, _ in rows)
-    for name, value in rows:
-        print(f"{name:<{width}}  {value}")
+    _print_rows(rows)
     if info["heaviest"] is None:
         print("\nheaviest n-grams: not available (a fork v1 file has no key table)")
     elif info["heaviest"]:
@@ -106,6 +160,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _print_rows(rows: list[tuple[str, str]]) -> None:
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+
+
 def add_parser(sub: Any) -> None:
     """Add ``inspect`` and its options to the subparsers ``sub``."""
     p = add_command(
@@ -115,15 +175,17 @@ def add_parser(sub: Any) -> None:
         description="Describe a cache file of any format: its format and kind (static 2-grams, or a "
         "dynamic/context cache of 1..4-grams), file size, key and follower counts, and the heaviest "
         "n-grams. No llama.cpp counterpart. --verify runs the full integrity check (for the lookupdec "
-        "format: the checksum and every structural rule, which opening the file skips).",
+        "format: the checksum and every structural rule, which opening the file skips). A corpus file "
+        "(create --corpus-out) is described too: its tokens, bigrams and recorded vocabulary.",
         examples="""
             lookupdec inspect enwiki.lkdc
             lookupdec inspect dynamic.bin --top 20
             lookupdec inspect static.lkdc --verify --json
+            lookupdec inspect enwiki.lkcorpus
             """,
         func=cmd_inspect,
     )
-    p.add_argument("file", metavar="FILE", help="cache file (lookupdec, llama, fork-v1 or fork-v2)")
+    p.add_argument("file", metavar="FILE", help="cache file (lookupdec, llama, fork-v1 or fork-v2) or corpus file")
     p.add_argument("--verify", action="store_true", help="full integrity check (strict: trailing bytes are errors)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--top", type=int, default=10, metavar="N", help="how many heaviest n-grams to list (default 10)")

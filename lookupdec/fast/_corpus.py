@@ -32,8 +32,8 @@ from lookupdec.fast._mapbytes import MappedBytes, huge_copy, map_bytes, read_who
 from lookupdec.fast._tables import NULL32, filled_i32, low32, pack, static_slot, word_probe, word_slots
 
 # Imported here, not where used: on first use they would cost a process's first open.
-from lookupdec.formats.corpus import CORPUS_HEADER, MAGIC_CORPUS, READABLE_VERSIONS, corpus_header, min_slots
-from lookupdec.formats.detect import open_regular
+from lookupdec.formats.corpus import CORPUS_HEADER, READABLE_VERSIONS, corpus_header, min_slots
+from lookupdec.formats.detect import MAGIC_CORPUS, open_regular
 
 SEP: Final[i32] = -1
 """The document separator in the ids (the history's request separator): never matched."""

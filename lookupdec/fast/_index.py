@@ -33,7 +33,7 @@ from lookupdec.fast._mapbytes import MappedBytes, map_bytes, read_whole
 
 # Imported here, not in StaticIndex.open: on first use they would cost a process's first open
 # many times a steady open (the header's dataclass is built then).
-from lookupdec.formats.detect import format_of, open_regular_fd, refuse_empty_static
+from lookupdec.formats.detect import format_of, open_regular_fd, refuse_corpus_file, refuse_empty_static
 from lookupdec.formats.index_header import INDEX_HEADER_SIZE, index_header
 
 if TYPE_CHECKING:
@@ -774,6 +774,7 @@ def load_static(
         if size == 0:
             refuse_empty_static(p)
         header = os.pread(fd, INDEX_HEADER_SIZE, 0)
+        refuse_corpus_file(p, header)
         fmt = format_of(header)
         if fmt == "lookupdec":
             ix = open_index_file(fd, p, size, header, in_memory)

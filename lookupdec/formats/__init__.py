@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 _HOME = {
     "FORMATS": "detect",
+    "MAGIC_CORPUS": "detect",
     "MAGIC_FORK_V1": "detect",
     "MAGIC_FORK_V2": "detect",
     "MAGIC_LOOKUPDEC": "detect",
@@ -78,6 +79,7 @@ __all__ = [
     "FORMATS",
     "INDEX_HEADER_SIZE",
     "INDEX_VERSION",
+    "MAGIC_CORPUS",
     "MAGIC_FORK_V1",
     "MAGIC_FORK_V2",
     "MAGIC_LOOKUPDEC",

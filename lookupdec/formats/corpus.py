@@ -20,11 +20,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from lookupdec.errors import CacheFormatError
-from lookupdec.formats.detect import open_regular
+from lookupdec.formats.detect import MAGIC_CORPUS, cache_kind, open_regular
 from lookupdec.rules import INT32_MAX
 
-MAGIC_CORPUS: Final = b"LKDCCRP\x00"
-"""The first 8 bytes of a corpus file."""
 CORPUS_VERSION: Final = 3
 """The version of the corpus file lookupdec writes (3: the trigram section; 2: per-token runs of
 occurrences; version 1 held each token's newest occurrence only)."""
@@ -141,6 +139,11 @@ def corpus_header(path: str | os.PathLike[str], head: Any, real_size: int) -> Co
         )
     f = CORPUS_HEADER.unpack_from(head, 0)
     if f[0] != MAGIC_CORPUS:
+        kind = cache_kind(f[0])
+        if kind is not None:  # the static index create wrote beside the corpus file, most likely
+            raise CacheFormatError(
+                path, f"{kind} (an n-gram cache: -lcs, Drafter(static=...)), not a corpus file (create --corpus-out)", 0
+            )
         raise CacheFormatError(path, f"not a lookupdec corpus file (magic {f[0]!r})", 0)
     h = CorpusHeader(*f[1:])
     if h.version not in READABLE_VERSIONS:

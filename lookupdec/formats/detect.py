@@ -18,6 +18,8 @@ FORMATS = ("lookupdec", "llama", "fork-v1", "fork-v2")
 MAGIC_FORK_V1 = b"ggngcmap"
 MAGIC_FORK_V2 = b"ggngcmp2"
 MAGIC_LOOKUPDEC = b"LKDCIDX\x00"
+MAGIC_CORPUS: Final = b"LKDCCRP\x00"
+"""The first 8 bytes of the hybrid policy's corpus file (``lookupdec.formats.corpus``): not a cache."""
 
 Key = tuple[int, int, int, int]
 """A padded 4-slot n-gram key (unused slots -1)."""
@@ -69,7 +71,35 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     Raises :class:`CacheFormatError` when ``path`` is not a regular file (see :func:`open_regular`).
     """
     with open_regular(path) as f:
-        return format_of(f.read(8))
+        head = f.read(8)
+    refuse_corpus_file(path, head)
+    return format_of(head)
+
+
+def refuse_corpus_file(path: str | os.PathLike[str], head: bytes) -> None:
+    """:class:`CacheFormatError` if ``head`` (a file's first bytes) is a corpus file's magic.
+
+    ``create --corpus-out`` writes the corpus file beside the static index, and the two are
+    easily swapped; read as llama.cpp's format (which has no magic) a corpus file would fail
+    deep inside with an error about a record, not about the file given.
+    """
+    if head[:8] == MAGIC_CORPUS:
+        raise CacheFormatError(
+            path,
+            "a lookupdec corpus file (create --corpus-out), not an n-gram cache: it is the hybrid policy's "
+            "corpus (stats --corpus, Drafter(corpus=...)); the static index is the file create wrote with -o",
+        )
+
+
+def cache_kind(head: bytes) -> str | None:
+    """What a file starting with ``head`` is when its magic is a cache format's (None: no magic).
+
+    For the places that take other files (a corpus, a token file) and should name a cache
+    given to them by mistake; llama.cpp's format has no magic and is not recognized.
+    """
+    kinds = {MAGIC_LOOKUPDEC: "a lookupdec static index", MAGIC_FORK_V1: "a fork v1 static cache",
+             MAGIC_FORK_V2: "a fork v2 static cache"}  # fmt: skip
+    return kinds.get(head[:8])
 
 
 def format_of(head: bytes) -> str:
