@@ -12,6 +12,8 @@ import gc
 import itertools
 import os
 import random
+import subprocess
+import sys
 import time
 import types
 from collections.abc import Iterator
@@ -116,6 +118,39 @@ def test_a_kept_reference_outlives_close(tmp_path: Path) -> None:
     gc.collect()
     _mapbytes._sweep()  # what the next map_bytes does
     assert mb not in _mapbytes._pending
+
+
+def test_threads_that_open_and_close_their_own_mappings(tmp_path: Path) -> None:
+    # Each thread maps and closes its own files, some still referenced when closed (as a failed
+    # open's traceback keeps its bytes): every map sweeps the pending ones. Unlocked, two sweeps
+    # unmapped one mapping twice, or read its count after the other unmapped it: SIGSEGV in a few
+    # seconds. Run in a child, with the GIL switched as often as it can be, so a crash fails
+    # this test instead of ending the test run.
+    (tmp_path / "f.bin").write_bytes(b"0123456789" * 1000)
+    script = f"""
+import sys, threading, time, os
+from pathlib import Path
+from lookupdec.fast import _mapbytes
+sys.setswitchinterval(1e-6)
+path = Path({str(tmp_path / "f.bin")!r})
+stop = time.monotonic() + 1.5
+def work():
+    while time.monotonic() < stop:
+        fd = os.open(path, os.O_RDONLY)
+        mb = _mapbytes.map_bytes(fd, path.stat().st_size)
+        os.close(fd)
+        kept = mb.data  # referenced when closed: left to a later sweep
+        mb.close()
+        del kept
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+_mapbytes._sweep()
+print(len(_mapbytes._pending))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout.strip() == "0"  # every mapping unmapped in the end
 
 
 def test_off_switch(tmp_path: Path, no_mapped_bytes: None) -> None:

@@ -30,6 +30,7 @@ import mmap
 import os
 import sys
 import sysconfig
+import threading
 from collections.abc import Callable
 from typing import Final
 
@@ -57,6 +58,10 @@ except ImportError:  # an interpreted install: ctypes maps, and prefetch uses a 
     _NATIVE = False
 
 _pending: list[MappedBytes] = []  # closed, but still referenced when closed: unmapped later
+# close() and _sweep() run in whichever thread opens or closes a mapping, and every open sweeps
+# _pending: without a lock two threads could both unmap one mapping (or read its reference
+# count after the other unmapped it) and crash the interpreter. Reentrant: _sweep calls close.
+_lock: Final = threading.RLock()
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -185,7 +190,6 @@ class MappedBytes:
             self._job = _mapnative.start(self._start, _pages(self.size))
             if self._job is not None:
                 return
-        import threading
 
         def run() -> None:
             # Nothing between start() and the call that would give the GIL away.
@@ -218,7 +222,13 @@ class MappedBytes:
             self.advise(advice)
 
     def close(self) -> bool:
-        """Drop :attr:`data`; unmap now if nothing else references it (True), else later (False)."""
+        """Drop :attr:`data`; unmap now if nothing else references it (True), else later (False).
+
+        Safe from several threads at once (one unmaps, the others find it unmapped)."""
+        with _lock:
+            return self._close()
+
+    def _close(self) -> bool:
         if self._job is not None and _NATIVE:
             _mapnative.cancel(self._job)  # before munmap, which would wait for the whole file
             self._job = None
@@ -242,8 +252,9 @@ class MappedBytes:
 
 def _sweep() -> None:
     """Unmap the closed mappings that nothing references any more."""
-    for m in list(_pending):
-        m.close()
+    with _lock:
+        for m in list(_pending):
+            m.close()
 
 
 def _reserve(size: int) -> tuple[int, int, int]:
