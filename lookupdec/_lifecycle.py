@@ -34,10 +34,12 @@ from lookupdec.formats.index_header import read_index_vocab
 from lookupdec.result import common_prefix, tree_nodes
 from lookupdec.rules import (
     INT32_MAX,
+    MAX_DRAFT,
     NGRAM_MAX,
     NGRAM_MIN,
     check_branches,
     check_corpus,
+    check_draft_length,
     check_history_tokens,
     check_policy,
     check_target_waste,
@@ -272,8 +274,9 @@ class Drafter:
             raise TypeError("use the Drafter of an implementation: lookupdec.Drafter, lookupdec.fast.Drafter, ...")
         check_policy(policy)
         n_draft = operator.index(n_draft)
-        if n_draft < 0:
-            raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+        check_draft_length(n_draft, "n_draft")
+        if vocab_size is not None:
+            vocab_size = operator.index(vocab_size)  # an int: 2.5 was taken, and failed at the first request
         if vocab_size is not None and not 0 < vocab_size <= INT32_MAX + 1:
             raise ValueError(f"vocab_size must be in 1..2^31, got {vocab_size}")
         if vocab_fingerprint is not None and len(vocab_fingerprint) != 8:
@@ -313,6 +316,11 @@ class Drafter:
                 self._check_corpus_file(path, vocab_fingerprint)
                 state.history.add_corpus(path)
             elif hasattr(corpus, "vocab_fingerprint"):  # an opened corpus file (fast.CorpusIndex)
+                opened: Any = corpus
+                self._check_corpus_vocab(
+                    opened.path, opened.vocab_size, opened.vocab_fingerprint, vocab_fingerprint,
+                    lambda: max(opened.tokens(), default=-1),
+                )  # fmt: skip
                 state.history.add_corpus(corpus)
             else:
                 # an int32 array (a token file as lookupdec reads it) as it is: no list of ints
@@ -393,8 +401,7 @@ class Drafter:
     @n_draft.setter
     def n_draft(self, n: int) -> None:
         n = operator.index(n)
-        if n < 0:
-            raise ValueError(f"n_draft must be >= 0, got {n}")
+        check_draft_length(n, "n_draft")
         self._host.n_draft = n
 
     @property
@@ -457,14 +464,38 @@ class Drafter:
         """The corpus file's header (checked: CacheFormatError) against the vocabulary, if known."""
         from lookupdec.formats.corpus import read_corpus_header
 
+        def top() -> int:
+            # Imported here: it reads the ids with numpy, needed only for a file that records
+            # no vocabulary when the model's is known.
+            from lookupdec.formats import max_token_id
+
+            return max_token_id(path)
+
         h = read_corpus_header(path)
+        self._check_corpus_vocab(path, h.vocab_size, h.vocab_fingerprint, fingerprint, top)
+
+    def _check_corpus_vocab(
+        self, where: str, recorded: int, known: bytes, fingerprint: bytes | None, top: Callable[[], int]
+    ) -> None:
+        """A corpus file's recorded vocabulary (``recorded`` ids, fingerprint ``known``) against the
+        Drafter's, where known; a file that records no vocabulary has its ids read (``top``: the
+        largest) when ``vocab_size`` is known. VocabularyError naming ``where``."""
         if fingerprint is not None:
-            check_vocab_fingerprint(path, "corpus file", h.vocab_fingerprint, fingerprint)
-        if self.vocab_size is not None and h.vocab_size > self.vocab_size:
+            check_vocab_fingerprint(where, "corpus file", known, fingerprint)
+        if self.vocab_size is None:
+            return
+        if recorded > self.vocab_size:
             raise VocabularyError(
-                f"{path}: the corpus file was built for a vocabulary of {h.vocab_size} ids, "
+                f"{where}: the corpus file was built for a vocabulary of {recorded} ids, "
                 f"more than the vocabulary size {self.vocab_size}"
             )
+        if recorded == 0:
+            largest = top()
+            if largest >= self.vocab_size:
+                raise VocabularyError(
+                    f"{where}: the corpus file holds token id {largest}, not below the vocabulary size "
+                    f"{self.vocab_size}: it was made with another tokenizer and would draft ids the model does not have"
+                )
 
     def __repr__(self) -> str:
         return (
@@ -541,8 +572,8 @@ class Request:
             raise RequestClosedError("propose() on a request that has ended")
         d = self._host
         n = d.n_draft if k is None else operator.index(k)
-        if n < 0:
-            raise ValueError(f"k must be >= 0, got {n}")
+        if not 0 <= n <= MAX_DRAFT:
+            check_draft_length(n, "k")
         tokens = self._tokens
         state = d.hybrid
         observing = False
@@ -615,8 +646,8 @@ class Request:
         if state is None:
             raise ValueError("propose_tree() needs a Drafter(policy='hybrid'): llama.cpp's rule drafts one branch")
         n = d.n_draft if k is None else operator.index(k)
-        if n < 0:
-            raise ValueError(f"k must be >= 0, got {n}")
+        if not 0 <= n <= MAX_DRAFT:
+            check_draft_length(n, "k")
         check_branches(operator.index(branches), "hybrid")
         tokens = self._tokens
         if self._observing:  # the last proposal's verdict never came: what extend confirmed

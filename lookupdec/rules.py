@@ -34,6 +34,21 @@ def check_policy(policy: str) -> None:
         raise ValueError(f"unknown policy {policy!r}: choose one of {', '.join(map(repr, POLICIES))}")
 
 
+MAX_DRAFT = 1 << 16
+"""The most tokens a proposal may hold (``n_draft``, ``propose(k)``): no engine verifies more in one
+step, and drafting takes time (and, compiled, room) that grows with what may be drafted."""
+
+
+def check_draft_length(n: int, name: str) -> None:
+    """Raise ValueError unless ``0 <= n <= MAX_DRAFT`` (``name``: ``k`` or ``n_draft``)."""
+    if n < 0:
+        raise ValueError(f"{name} must be >= 0, got {n}")
+    if n > MAX_DRAFT:
+        raise ValueError(
+            f"{name} must be <= {MAX_DRAFT} (a draft longer than any engine verifies in one step), got {n}"
+        )
+
+
 def check_branches(branches: int, policy: str, *, flags: bool = False) -> None:
     """Raise ValueError unless ``branches`` >= 1, and 1 unless ``policy`` is ``"hybrid"`` (the
     only policy with tree drafts). ``flags``: the message names command-line flags."""

@@ -627,3 +627,48 @@ def test_version_2_and_3_files_draft_the_same(tmp_path: Path) -> None:
     v2 = corpus_file(tmp_path, DEEP, "deep-v2.lkcorpus", version=2)
     for impl in (fast_impl(), ref):  # the hand-worked deep search, version 2
         assert first_token(impl, "file", str(v2), [1, 2, 3], 2) == [9], impl.__name__
+
+
+@pytest.mark.parametrize("mode", ["mapped", "in_memory", "from_bytes"])
+def test_a_closed_corpus_says_so(tmp_path: Path, mode: str) -> None:
+    # Closed, a corpus's bytes are gone: saving it over the file it came from wrote an empty
+    # file (the corpus lost), and drafting from it drafted as from no corpus, without a word.
+    fast = fast_impl()
+    path = tmp_path / "c.lkcorpus"
+    ids = demo("enwiki_wt.demo.llama3.bin", 3000)
+    fast.CorpusIndex.from_tokens(ids).save(path)
+    before = path.read_bytes()
+    if mode == "from_bytes":
+        corpus = fast.CorpusIndex.from_bytes(before)
+    else:
+        corpus = fast.CorpusIndex.open(path, in_memory=mode == "in_memory")
+    drafter = fast.Drafter(policy="hybrid", corpus=corpus)
+    with drafter.request(ids[100:120]) as req:
+        assert req.propose()  # the corpus holds these tokens and their continuation
+    corpus.close()
+    for use in (lambda: corpus.save(path), corpus.to_bytes, corpus.verify, corpus.tokens):
+        with pytest.raises(ValueError, match="corpus file is closed"):
+            use()
+    assert path.read_bytes() == before
+    with pytest.raises(ValueError, match="corpus file is closed"), drafter.request(ids[200:220]) as req:
+        req.propose()
+
+
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_a_closed_static_index_says_so(tmp_path: Path, in_memory: bool) -> None:
+    # The same for a static index: an in-memory one drafted as an empty index once closed, or
+    # failed with a bare IndexError once its lookup memo had grown; saving it wrote an empty file.
+    fast = fast_impl()
+    path = tmp_path / "s.lkdc"
+    ids = demo("enwiki_wt.demo.llama3.bin", 20_000)
+    fast.build_static(ids).save(path)
+    before = path.read_bytes()
+    static = fast.load_static(path, in_memory=in_memory)
+    fast.replay(ids[:5000], 512, 8, static)  # enough lookups to grow its lookup memo
+    static.close()
+    for use in (lambda: static.save(path), static.to_bytes, static.verify):
+        with pytest.raises(ValueError, match="static index is closed"):
+            use()
+    assert path.read_bytes() == before
+    with pytest.raises(ValueError, match="static index is closed"):
+        fast.replay(ids[:5000], 512, 8, static)

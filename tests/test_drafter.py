@@ -15,6 +15,7 @@ import lookupdec
 from lookupdec._lifecycle import DrafterStats
 from lookupdec.errors import CacheFormatError, CountSaturationWarning, RequestClosedError, VocabularyError
 from lookupdec.formats import write_static
+from lookupdec.rules import MAX_DRAFT
 from tests.conftest import DEMO_DATA
 from tests.impls import FastImpl, ImplTests, ReferenceImpl
 
@@ -231,6 +232,62 @@ class DrafterTests(ImplTests):
         assert dynamic.read_bytes() == before  # refused, never rewritten
         with self.impl.Drafter(dynamic=dynamic, vocab_size=1000).request([7, 8]) as req:
             assert req.propose()[:1] == [999]
+
+    def test_a_huge_k_drafts_as_the_reference(self) -> None:
+        # The compiled hybrid policy reserved room for k tokens up front (k = 2**31 took 16 GB),
+        # and both implementations draft in time linear in k: k is bounded by MAX_DRAFT, up to
+        # which both draft the same.
+        import lookupdec.reference as ref
+
+        tokens = [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2]
+        proposals = []
+        for impl in (self.impl, ref):
+            for policy in ("llama", "hybrid"):
+                with impl.Drafter(policy=policy, static=impl.build_static(tokens)).request(tokens) as req:
+                    proposals.append(req.propose(MAX_DRAFT))
+                    if policy == "hybrid":
+                        proposals.append(req.propose_tree(MAX_DRAFT))
+                    for k in (MAX_DRAFT + 1, 2**40, 2**64):  # beyond it: a clear error, not hours or gigabytes
+                        with pytest.raises(ValueError, match=f"k must be <= {MAX_DRAFT}"):
+                            req.propose(k)
+        assert proposals[:3] == proposals[3:]
+        assert proposals[1][:4] == [3, 4, 5, 6]
+        with pytest.raises(ValueError, match=f"n_draft must be <= {MAX_DRAFT}"):
+            self.impl.Drafter(n_draft=2**62)
+
+    def test_replay_of_one_token_chunks(self) -> None:
+        # n_ctx 1: no step drafts, but each chunk's token joins the hybrid history (the compiled
+        # replay read past the tokens it kept: IndexError).
+        import lookupdec.reference as ref
+
+        tokens = [5, 6, 7, 5, 6, 7, 5, 6]
+        runs = []
+        for impl in (self.impl, ref):
+            history = impl.SuffixHistory()
+            r = impl.replay(tokens, 1, 8, policy="hybrid", history=history)
+            runs.append((r.n_steps, r.n_drafted, r.n_accept, history.tokens()))
+        assert runs[0] == runs[1]
+        assert runs[0][3] == [-1, 5, -1, 6, -1, 7, -1, 5, -1, 6, -1, 7, -1, 5]  # the 7 chunks' first tokens
+
+    def test_corpus_files_are_checked_against_the_vocabulary(self, tmp_path: Path) -> None:
+        # A corpus file that records no vocabulary has its ids read; an opened one is checked as a
+        # path is (its recorded vocabulary and fingerprint): none drafts ids past the model's.
+        unknown, known = tmp_path / "unknown.lkcorpus", tmp_path / "known.lkcorpus"
+        lookupdec.fast.CorpusIndex.from_tokens([5, 999, 7, 5, 999]).save(unknown)
+        lookupdec.fast.CorpusIndex.from_tokens([5, 6, 7, 5, 6], 1000, b"A" * 8).save(known)
+        with pytest.raises(VocabularyError, match=f"{unknown}: the corpus file holds token id 999, not below"):
+            self.impl.Drafter(policy="hybrid", corpus=unknown, vocab_size=999)
+        with self.impl.Drafter(policy="hybrid", corpus=unknown, vocab_size=1000).request([7, 5]) as req:
+            assert req.propose()[:1] == [999]
+        if self.impl.IMPLEMENTATION == "fast":  # an opened corpus file is the compiled CorpusIndex
+            for path in (unknown, known):
+                with lookupdec.fast.CorpusIndex.open(path) as opened:
+                    with pytest.raises(VocabularyError, match=f"{path}: the corpus file "):
+                        self.impl.Drafter(policy="hybrid", corpus=opened, vocab_size=999)
+                    self.impl.Drafter(policy="hybrid", corpus=opened, vocab_size=1000)
+            message = f"{known}: the corpus file was built for another vocabulary"
+            with lookupdec.fast.CorpusIndex.open(known) as opened, pytest.raises(VocabularyError, match=message):
+                self.impl.Drafter(policy="hybrid", corpus=opened, vocab_fingerprint=b"B" * 8)
 
     def test_corpus_file_and_static_index_swapped(self, tmp_path: Path) -> None:
         # Each refused naming the file and what it is, as the static, dynamic or corpus argument

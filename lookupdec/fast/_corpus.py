@@ -296,6 +296,7 @@ class CorpusIndex:
     vocab_fingerprint: bytes
     _buf: bytes
     _view: MappedBytes | None
+    _closed: bool
     _bits: i64
     _o_slots: i64
     _o_entries: i64
@@ -310,6 +311,7 @@ class CorpusIndex:
         self.in_memory = copied or view is None  # ``view`` holds ``data``: the mapping, or the copy when ``copied``
         self._buf = data
         self._view = view
+        self._closed = False
         self.n_tokens = h.n_tokens
         self.n_bigrams = h.n_bigrams
         self.n_slots = h.n_slots
@@ -382,8 +384,15 @@ class CorpusIndex:
             copy.close()
             raise
 
+    def _check_open(self) -> None:
+        """ValueError once closed: its bytes are gone, and a closed corpus must neither save as an
+        empty file over a good one nor draft as an empty corpus without saying so."""
+        if self._closed:
+            raise ValueError(f"{self.path}: corpus file is closed")
+
     def to_bytes(self) -> bytes:
         """The whole corpus file as bytes (a copy when mapped: the mapping goes away on close())."""
+        self._check_open()
         if self.in_memory:
             return self._buf
         return memoryview(self._buf).tobytes()
@@ -392,11 +401,13 @@ class CorpusIndex:
         """Write the corpus file to ``path`` (atomically)."""
         from lookupdec._atomic import atomic_writer
 
+        self._check_open()
         with atomic_writer(path) as f:
             f.write(self._buf)
 
     def tokens(self) -> list[int]:
         """The corpus's ids (-1 between documents)."""
+        self._check_open()
         return [int(self._tok(i)) for i in range(self.n_tokens)]
 
     def __len__(self) -> int:
@@ -412,6 +423,7 @@ class CorpusIndex:
 
     def verify(self) -> None:
         """The full check: checksum, and every section equal to what the ids give; O(n_tokens)."""
+        self._check_open()
         body = memoryview(self._buf)[HEADER_SIZE:]
         checksum = CORPUS_HEADER.unpack_from(self._buf, 0)[-1]
         if checksum8(body) != checksum:
@@ -429,7 +441,8 @@ class CorpusIndex:
             )
 
     def close(self) -> None:
-        """Release the mapping (an in-memory corpus drops its buffer); it is then empty."""
+        """Release the mapping (an in-memory corpus drops its buffer); using it then raises ValueError."""
+        self._closed = True
         self._buf = b""
         self.n_tokens = 0
         self.n_bigrams = 0
@@ -463,6 +476,8 @@ class CorpusIndex:
 
     def _find(self, a: i32, b: i32) -> i64:
         """Byte offset of the slot of bigram (a, b), -1 if it has no indexed position."""
+        if self._closed:  # every suffix match of the corpus starts here or in _after_run
+            self._check_open()
         if self.n_bigrams == 0:
             return -1
         w = pack(a, b)
@@ -527,6 +542,8 @@ class CorpusIndex:
     def _after_run(self, t: i32) -> tuple[i64, i64]:
         """(first index, number) of the after section's run of token ``t``: the positions ``i``
         with ``ids[i-1] == t`` and ``ids[i]`` a token, newest first; (0, 0) if none."""
+        if self._closed:
+            self._check_open()
         lo: i64 = 0
         hi = self.n_unigrams
         buf = self._buf

@@ -136,6 +136,17 @@ VOTE_STAMP_MAX: Final[i64] = 1 << 30
 """Vote rounds before the vote table is cleared (its keys hold the round's stamp << 32)."""
 
 
+ROOM_MAX: Final[i64] = 256
+"""The most room a draft's scratch vecs reserve up front: they grow as tokens are appended."""
+
+
+def room(n: i64) -> i64:
+    """Capacity to reserve for a vec that holds at most ``n`` drafted tokens (appended, so it can
+    grow past this): ``propose(k)`` with a huge ``k`` that drafts nothing reserved ``k`` slots
+    (16 GB for ``k = 2**31``)."""
+    return n if n < ROOM_MAX else ROOM_MAX
+
+
 def bit_length(x: i64) -> i64:
     """The bit length of ``x`` >= 0 (``int.bit_length``, with native ints: a method call on a boxed
     int per candidate would cost more than the vote)."""
@@ -626,7 +637,7 @@ class HybridState:
         ``reuse``: ``q`` is the last call's query and the history has not grown since, so the
         candidates that call collected are used again (collecting them is most of the cost).
         """
-        cells = vec[i64](capacity=n_max)
+        cells = vec[i64](capacity=room(n_max))
         h = self.history
         own = self._own
         if reuse:
@@ -960,7 +971,7 @@ class HybridState:
         if calibrating:  # only then: a list per proposal was 1 % of the replay's instructions
             self.last_probs = []
         if m_full > 0:
-            alt = vec[i32](capacity=base + n_draft)
+            alt = vec[i32](capacity=room(base + n_draft))
             for j in range(base):
                 alt = append(alt, drafted[j])
             # Only as far as it agrees with llama.cpp's draft (plus the first token that does not):
@@ -982,7 +993,7 @@ class HybridState:
                     i64(drafted[base + agree]),
                 )
             ):
-                alt = vec[i32](capacity=base + n_draft)
+                alt = vec[i32](capacity=room(base + n_draft))
                 for j in range(base):
                     alt = append(alt, drafted[j])
                 if calibrating:
@@ -1010,7 +1021,7 @@ class HybridState:
                 self.last_probs.append(prob)
             m += 1
         if m < m_full:
-            kept = vec[i32](capacity=base + n_draft)
+            kept = vec[i32](capacity=room(base + n_draft))
             for j in range(base + m):
                 kept = append(kept, drafted[j])
             drafted = kept
@@ -1332,7 +1343,7 @@ class HybridState:
         for j in range(base, base + m_full):
             llama = append(llama, tail[j])
         tail = self._suffix(tail, base, n_draft, before, st)
-        b0 = vec[i32](capacity=n_draft)
+        b0 = vec[i32](capacity=room(n_draft))
         for j in range(base, len(tail)):
             b0 = append(b0, tail[j])
         tree: list[vec[i32]] = []
@@ -1361,7 +1372,7 @@ class HybridState:
             self._runner_ups(q, b0, m, prob, kind, st, n_draft - m, branches, tree)
         if m > 0 and i64(len(tree)) < branches:
             # The suffix-only draft (one more search): it differs where llama.cpp's kept tokens do.
-            alt = vec[i32](capacity=n_draft)
+            alt = vec[i32](capacity=room(n_draft))
             alt, _cells = self._follow(before, alt, n_draft, 1.0, 1, st, alt, 0, 0)
             add_branch(tree, alt, branches)
         return tree
@@ -1468,7 +1479,7 @@ class HybridState:
             p = prob * self._by_token(rate, i64(b1), i64(r))
             if p < self.threshold:
                 continue
-            d = vec[i32](capacity=m + n_max)
+            d = vec[i32](capacity=room(m + n_max))
             for j in range(m):
                 d = append(d, b0[j])
             d = append(d, r)

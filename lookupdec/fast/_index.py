@@ -123,6 +123,7 @@ class StaticIndex(StaticSource):
     _checked: list[vec[i64]]
     _dmemo: vec[i64]
     _dbits: i64
+    _closed: bool
     _dmiss: i64
     _ls: i64
     _le: i64
@@ -146,6 +147,7 @@ class StaticIndex(StaticSource):
         self.in_memory = copied or (mm is None and view is None)
         # True when ``buf`` holds the whole file (copied, or the mapping seen as bytes).
         self._direct = mm is None
+        self._closed = False
         self._buf = buf
         self._mm = mm
         self._view = view
@@ -647,6 +649,8 @@ class StaticIndex(StaticSource):
 
     def to_bytes(self) -> bytes:
         """The whole index file as bytes."""
+        if self._closed:  # its bytes are gone: never an empty file saved over a good one
+            raise ValueError(f"{self.path}: static index is closed")
         if self.in_memory:
             return self._buf
         if self._direct:
@@ -657,8 +661,9 @@ class StaticIndex(StaticSource):
         """Write the index file to ``path`` (atomically)."""
         from lookupdec._atomic import atomic_writer
 
+        data = self.to_bytes()  # first: a closed index raises before the target is touched
         with atomic_writer(path) as f:
-            f.write(self.to_bytes())
+            f.write(data)
 
     def __len__(self) -> int:
         """Number of keys."""
@@ -681,11 +686,14 @@ class StaticIndex(StaticSource):
         """
         from lookupdec.formats.index import verify_index
 
+        if self._closed:
+            raise ValueError(f"{self.path}: static index is closed")
         data = self._buf if self._direct else self.to_bytes()  # the mapping itself: no copy
         verify_index(self.path, data, index_header(self.path, data, len(data)))
 
     def close(self) -> None:
-        """Release the memory map (in-memory indexes just drop their buffer)."""
+        """Release the memory map (in-memory indexes just drop their buffer); using it then raises ValueError."""
+        self._closed = True
         mm = self._mm
         self._mm = None
         self._bt = b""
@@ -698,11 +706,10 @@ class StaticIndex(StaticSource):
         self._dmemo = vec[i64]()
         if mm is not None:
             mm.close()
-        if self.in_memory:
-            self._buf = b""
-            self.n_keys = 0
-        elif self._direct:
-            # Closed like an mmap: reads go to _slice, which raises "static index is closed".
+        if self._direct:  # in memory or the mapping seen as bytes
+            # Closed like an mmap: reads go to _slice, which raises "static index is closed"
+            # (an in-memory index that only dropped its bytes drafted as an empty one, or failed
+            # with an IndexError once its lookup memo had grown).
             self._buf = b""
             self._direct = False
         view = self._view

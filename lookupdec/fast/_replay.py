@@ -206,7 +206,9 @@ def replay(
     total = len(tokens)
     n_chunks = max(0, (total - 1) // n_ctx) if total > n_ctx else 0
     # Only the chunks' tokens are ever read (and range-checked, as the reference's updates do).
-    used = n_chunks * n_ctx if n_ctx >= 2 else 0
+    # (With n_ctx 1 llama.cpp's loop reads none; the hybrid policy's still adds each chunk's one
+    # token to its history, as the reference's does.)
+    used = n_chunks * n_ctx if n_ctx >= 2 or policy == "hybrid" else 0
     toks = to_vec(tokens[:used] if used < total else tokens)
     if policy == "hybrid":
         if history is None:

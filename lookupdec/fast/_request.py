@@ -25,6 +25,7 @@ from lookupdec.fast._cache import NgramCache, require_cache
 from lookupdec.fast._draft import draft_list, require_static_source
 from lookupdec.fast._source import StaticSource
 from lookupdec.fast._tables import NGRAM_MAX, NGRAM_MIN
+from lookupdec.rules import MAX_DRAFT, check_draft_length
 
 
 class Tally:
@@ -109,9 +110,10 @@ class Request:
         if context is None:
             raise RequestClosedError("propose() on a request that has ended")
         d = self._host
-        n: i64 = d.n_draft if k is None else operator.index(k)
-        if n < 0:
-            raise ValueError(f"k must be >= 0, got {n}")
+        asked: int = d.n_draft if k is None else operator.index(k)  # a Python int: checked before i64
+        if not 0 <= asked <= MAX_DRAFT:
+            check_draft_length(asked, "k")
+        n: i64 = asked
         tokens = self._tokens
         proposal: list[int] = []
         if len(tokens) >= 2 and n > 0:

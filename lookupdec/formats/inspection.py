@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from lookupdec.formats._tables import Table
-from lookupdec.formats.detect import NULL, Key, detect_format, open_regular, read_all
+from lookupdec.formats.corpus import read_corpus_header
+from lookupdec.formats.detect import MAGIC_CORPUS, NULL, Key, detect_format, open_regular, read_all
 from lookupdec.formats.fork import ForkStatic
 from lookupdec.formats.index import check_starts, index_arrays, index_header, verify_index
 from lookupdec.formats.legacy import decode_legacy
@@ -176,12 +177,22 @@ def _legacy_max_token(data: bytes) -> int:
 
 
 def max_token_id(path: str | os.PathLike[str]) -> int:
-    """The largest token id a cache file of any format holds, in its keys and followers (-1 if none).
+    """The largest token id a cache file of any format holds, in its keys and followers, or a corpus
+    file in its ids (-1 if none; the corpus's -1 between documents count as ids).
 
     Used to refuse a cache made with another (larger) vocabulary when the vocabulary is known:
     an id at or past ``n_vocab`` would draft a token the model does not have. A fork v1 file
     has no key table: only its followers are read.
     """
+    with open_regular(path) as f:
+        corpus = f.read(8) == MAGIC_CORPUS
+    if corpus:  # the hybrid policy's corpus file: its ids, after the header
+        ch = read_corpus_header(path)
+        with open_regular(path) as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            ids = np.frombuffer(mapped, dtype="<i4", count=ch.n_tokens, offset=ch.ids_offset)
+            top = int(ids.max()) if len(ids) else -1
+            del ids  # a view into the mapping: it cannot close while it lives
+            return top
     fmt = detect_format(path)
     if fmt == "lookupdec":
         # Mapped, not read: an index can be gigabytes, and only its keys and followers are read
