@@ -498,6 +498,18 @@ def test_verify_finds_structure_that_disagrees_with_the_ids(tmp_path: Path) -> N
         c.verify()
 
 
+def test_verify_finds_a_header_count_that_disagrees_with_the_ids(tmp_path: Path) -> None:
+    # n_bigrams is not needed to find anything, so opening and drafting never read it: only the
+    # full check can say it is wrong (it said "ok" to any value).
+    def one_bigram(d: bytearray) -> None:
+        struct.pack_into("<Q", d, 32, 1)
+
+    path = corrupt(tmp_path, one_bigram)
+    c = fast_impl().CorpusIndex.open(path)
+    with pytest.raises(CacheFormatError, match="header fields differ from what the ids give"):
+        c.verify()
+
+
 def test_cli_bad_corpus_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = corrupt(tmp_path, lambda d: struct.pack_into("<I", d, 8, 9))
     replay = write_bin(tmp_path / "replay.bin", [1, 2, 3] * 20)

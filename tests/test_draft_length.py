@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -500,3 +501,28 @@ def test_no_ladder_where_no_draft_could_pay() -> None:
     assert [ctl.choose() for _ in range(8)] == [0] * 7 + [1]
     ctl.observe_accept(1, 1)
     assert ctl.choose() == 0
+
+
+def test_a_generation_given_as_a_tuple_or_an_array_is_one_request() -> None:
+    # The history is compared with the request's tokens to tell one generation from the next: a
+    # tuple never equalled the list (every step started a new request and counted the whole
+    # history again), and a numpy array could not be compared at all.
+    import array
+
+    import numpy as np
+
+    text = [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2]
+    as_list = lookupdec.Drafter()
+    follower = HistoryFollower(as_list)
+    for n in range(4, len(text)):
+        follower.propose(text[:n], 4)
+    follower.end(text)
+    converts: list[Callable[[list[int]], Any]] = [tuple, lambda ids: array.array("i", ids), np.array]
+    for convert in converts:
+        drafter = lookupdec.Drafter()
+        follower = HistoryFollower(drafter)
+        for n in range(4, len(text)):
+            follower.propose(convert(text[:n]), 4)
+        follower.end(convert(text))
+        assert drafter.stats == as_list.stats  # one request, the same proposals
+        assert drafter.stats.requests == 1

@@ -255,6 +255,24 @@ class DrafterTests(ImplTests):
         with pytest.raises(ValueError, match=f"n_draft must be <= {MAX_DRAFT}"):
             self.impl.Drafter(n_draft=2**62)
 
+    def test_numpy_ids_and_counts_are_taken(self) -> None:
+        # Ids from a tokenizer often come as numpy integers: the compiled llama.cpp request refused
+        # them (mypyc's own TypeError) where the reference and the hybrid policy took them.
+        import numpy as np
+
+        tokens = [1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2]
+        for policy in ("llama", "hybrid"):
+            drafter = self.impl.Drafter(policy=policy, static=self.impl.build_static(tokens))
+            with drafter.request(tokens) as req:
+                want = req.propose(4)
+            for prompt in (np.array(tokens), np.array(tokens, dtype=np.uint32), tuple(tokens)):
+                with drafter.request(prompt) as req:
+                    assert req.propose(np.int64(4)) == want, (policy, type(prompt))
+                    req.trim(np.int64(2))
+                    req.trim(2**70)  # more than any proposal holds: it stays as it is
+                    req.extend(np.array(want[:2]))
+                    assert req.tokens == [*tokens, *want[:2]]
+
     def test_replay_of_one_token_chunks(self) -> None:
         # n_ctx 1: no step drafts, but each chunk's token joins the hybrid history (the compiled
         # replay read past the tokens it kept: IndexError).

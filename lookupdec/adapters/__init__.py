@@ -11,6 +11,7 @@ history, as the engine shows it each step" onto a :class:`lookupdec.Drafter` req
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -459,11 +460,12 @@ class HistoryFollower:
             )
 
     def sync(self, history: Sequence[int], same_generation: bool = False) -> Any:
-        """The request whose tokens are now exactly ``history`` (a list of ints).
+        """The request whose tokens are now exactly ``history`` (ints: a list, a tuple, an array).
 
         ``same_generation``: any extension of the last history continues the request (for the
         final history of a generation, which may hold more than one step's tokens).
         """
+        history = _as_ids(history)
         req = self.request
         if req is not None:
             known = req.tokens
@@ -522,6 +524,19 @@ class HistoryFollower:
             self.request.end()
             self.request = None
         self.max_growth = None
+
+
+def _as_ids(history: Sequence[int]) -> list[int]:
+    """``history`` as a list of ints: the generation is recognized by comparing it with the
+    request's tokens (a list), and a tuple never equals a list (every step was a new request),
+    nor does a numpy array compare as one bool."""
+    if isinstance(history, list):
+        return history
+    tolist = getattr(history, "tolist", None)  # numpy arrays, torch tensors
+    if tolist is not None:
+        ids: list[int] = tolist()
+        return ids
+    return [operator.index(t) for t in history]
 
 
 # Imported last: IsolatedDrafter's module imports lookupdec, not this package's names above.

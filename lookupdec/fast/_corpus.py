@@ -439,6 +439,9 @@ class CorpusIndex:
             raise CacheFormatError(
                 self.path, "slots, entries, unigrams, after or trigram section differ from what the ids give"
             )
+        # The header's counts too (n_bigrams is not needed to find anything, so no read checks it)
+        if want[:HEADER_SIZE] != bytes(memoryview(self._buf)[:HEADER_SIZE]):
+            raise CacheFormatError(self.path, "header fields differ from what the ids give (n_bigrams, totals)", 0)
 
     def close(self) -> None:
         """Release the mapping (an in-memory corpus drops its buffer); using it then raises ValueError."""

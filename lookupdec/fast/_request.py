@@ -16,7 +16,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Collection, Iterable
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, SupportsIndex, cast
 
 from mypy_extensions import i64
 
@@ -71,7 +71,10 @@ class Request:
     _matched: i64  # proposal tokens confirmed so far; -1: no live proposal
 
     def __init__(self, host: Any, prompt: Iterable[int] = ()) -> None:
-        tokens = [operator.index(t) for t in prompt]
+        # Read as objects: typed as ints, mypyc would reject a numpy integer with its own
+        # TypeError before operator.index could convert it (as extend does below).
+        raw: list[object] = list(prompt)
+        tokens = [operator.index(cast(Any, t)) for t in raw]
         host.check_ids(tokens, "prompt token")
         tally = host.tally
         if not isinstance(tally, Tally):
@@ -101,7 +104,9 @@ class Request:
         """Whether :meth:`end` has run."""
         return self._context is None
 
-    def propose(self, k: int | None = None, stop: Collection[int] = ()) -> list[int]:
+    # k and n are SupportsIndex, not int, here: typed int, mypyc would refuse a numpy integer
+    # with its own TypeError before operator.index converts it (the shared Request takes one).
+    def propose(self, k: SupportsIndex | None = None, stop: Collection[int] = ()) -> list[int]:
         """Up to ``k`` (default ``n_draft``) tokens likely to follow, cut before any ``stop`` token.
 
         As ``lookupdec._lifecycle.Request.propose``: nothing before two tokens are known.
@@ -139,13 +144,15 @@ class Request:
         """How many of the last proposal's first tokens llama.cpp's rule drafted: all of them here."""
         return len(self._proposal)
 
-    def trim(self, n: int) -> None:
+    def trim(self, n: SupportsIndex) -> None:
         """Send only the first ``n`` tokens of the last proposal (as ``lookupdec._lifecycle.Request.trim``)."""
         if self._context is None:
             raise RequestClosedError("trim() on a request that has ended")
-        keep: i64 = operator.index(n)
-        if keep < 0:
-            raise ValueError(f"n must be >= 0, got {keep}")
+        asked = operator.index(n)
+        if asked < 0:
+            raise ValueError(f"n must be >= 0, got {asked}")
+        # no proposal is longer than MAX_DRAFT: a larger n keeps it whole, and fits an i64
+        keep: i64 = asked if asked < MAX_DRAFT else MAX_DRAFT
         if self._matched != 0:
             raise ValueError("trim() must come after propose() and before extend() confirms any of the proposal")
         cut: i64 = len(self._proposal) - keep
@@ -155,7 +162,9 @@ class Request:
         self.n_drafted -= cut
         self._tally.n_drafted -= cut
 
-    def propose_tree(self, k: int | None = None, branches: int = 3, stop: Collection[int] = ()) -> list[list[int]]:
+    def propose_tree(
+        self, k: SupportsIndex | None = None, branches: int = 3, stop: Collection[int] = ()
+    ) -> list[list[int]]:
         """Tree drafts are the hybrid policy's (``lookupdec._lifecycle.Request.propose_tree``): ValueError here."""
         raise ValueError("propose_tree() needs a Drafter(policy='hybrid'): llama.cpp's rule drafts one branch")
 
