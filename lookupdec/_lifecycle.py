@@ -29,7 +29,8 @@ from types import TracebackType
 from typing import Any, ClassVar, Protocol, cast
 
 from lookupdec._shared_file import merge_into_file
-from lookupdec.errors import RequestClosedError, VocabularyError
+from lookupdec.errors import CacheFormatError, RequestClosedError, VocabularyError
+from lookupdec.formats.detect import detect_format
 from lookupdec.formats.index_header import read_index_vocab
 from lookupdec.result import common_prefix, tree_nodes
 from lookupdec.rules import (
@@ -192,6 +193,12 @@ class RequestHost:
             state.sync(request._tokens)
         else:
             self.waiting.append(request._tokens)
+            # Bounded as the history is: what waits beyond its size would be evicted as it joined
+            # (an owner kept open for long, or never ended, held every later request's tokens).
+            room = int(state.history.max_tokens)
+            held = sum(len(t) for t in self.waiting)
+            while held > room and len(self.waiting) > 1:
+                held -= len(self.waiting.pop(0))
 
 
 @dataclass(frozen=True)
@@ -299,6 +306,13 @@ class Drafter:
         if isinstance(dynamic, (str, os.PathLike)):
             self._dynamic_path = os.fspath(dynamic)
             if os.path.exists(self._dynamic_path) and os.path.getsize(self._dynamic_path) > 0:
+                fmt = detect_format(self._dynamic_path)
+                if fmt != "llama":  # save() would write it back in llama.cpp's format, merged
+                    raise CacheFormatError(
+                        self._dynamic_path,
+                        f"a {fmt} file given as the dynamic cache, which is llama.cpp's format (what save() "
+                        "writes): a static cache goes in static=",
+                    )
                 host.dynamic = p.cache.load(self._dynamic_path)
                 self._check_file_ids(self._dynamic_path, "dynamic cache")
                 host.added = p.cache()

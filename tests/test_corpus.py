@@ -684,3 +684,12 @@ def test_a_closed_static_index_says_so(tmp_path: Path, in_memory: bool) -> None:
     assert path.read_bytes() == before
     with pytest.raises(ValueError, match="static index is closed"):
         fast.replay(ids[:5000], 512, 8, static)
+
+
+def test_from_tokens_checks_the_vocabulary_arguments() -> None:
+    fast = fast_impl()
+    for bad in (-1, 2**64):
+        with pytest.raises(ValueError, match=f"vocab_size must be in 0..2\\^31 .*got {bad}"):
+            fast.CorpusIndex.from_tokens([1, 2, 3], vocab_size=bad)
+    with pytest.raises(ValueError, match=r"vocab_fingerprint must be 8 bytes .*got 3"):
+        fast.CorpusIndex.from_tokens([1, 2, 3], vocab_size=10, vocab_fingerprint=b"abc")

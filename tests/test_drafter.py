@@ -273,6 +273,28 @@ class DrafterTests(ImplTests):
                     req.extend(np.array(want[:2]))
                     assert req.tokens == [*tokens, *want[:2]]
 
+    def test_what_waits_for_an_open_owner_is_bounded(self) -> None:
+        # Requests that end while the history's owner is open wait to join the history after it;
+        # an owner never ended made that grow without bound (280,000 tokens for a 4,096 history).
+        drafter = self.impl.Drafter(policy="hybrid", history_tokens=64)
+        owner = drafter.request([1, 2, 3])
+        for i in range(100):
+            with drafter.request([10 + i % 7, 20, 30, 40, 50, 60, 70, 80, 90, 100]):
+                pass
+        held = [len(t) for t in drafter._host.waiting]
+        assert sum(held) <= 64 and len(held) == 6  # the newest 6 requests of 10 tokens
+        owner.end()
+        assert drafter.policy_state.history.tokens()[-10:] == [10 + 99 % 7, 20, 30, 40, 50, 60, 70, 80, 90, 100]
+
+    def test_a_static_index_as_the_dynamic_cache_is_refused(self, tmp_path: Path) -> None:
+        # The compiled Drafter loaded it, and save() then wrote it back as llama.cpp's format.
+        path = tmp_path / "s.lkdc"
+        write_static([((1, 2, -1, -1), [(3, 4)])], path)
+        before = path.read_bytes()
+        with pytest.raises(CacheFormatError, match=f"{path}: a lookupdec file given as the dynamic cache"):
+            self.impl.Drafter(dynamic=path)
+        assert path.read_bytes() == before
+
     def test_replay_of_one_token_chunks(self) -> None:
         # n_ctx 1: no step drafts, but each chunk's token joins the hybrid history (the compiled
         # replay read past the tokens it kept: IndexError).

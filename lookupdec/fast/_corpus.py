@@ -106,6 +106,11 @@ def corpus_bytes(ids: vec[i32], vocab_size: int = 0, vocab_fingerprint: bytes = 
     """
     if version not in READABLE_VERSIONS:
         raise ValueError(f"corpus file version {version} cannot be written (only 2 or 3)")
+    # checked here, not by the header's struct.pack: its error names neither argument
+    if not 0 <= vocab_size <= 1 << 31:
+        raise ValueError(f"vocab_size must be in 0..2^31 (0: not recorded), got {vocab_size}")
+    if len(vocab_fingerprint) != 8:
+        raise ValueError(f"vocab_fingerprint must be 8 bytes (all zero: not recorded), got {len(vocab_fingerprint)}")
 
     n = i64(len(ids))
     for j in range(n):
