@@ -575,7 +575,8 @@ class Request:
         return self._context is None
 
     def propose(self, k: int | None = None, stop: Collection[int] = ()) -> list[int]:
-        """Up to ``k`` (default: the Drafter's ``n_draft``) tokens likely to follow :attr:`tokens`.
+        """Up to ``k`` (default: the Drafter's ``n_draft``; at most ``lookupdec.rules.MAX_DRAFT``,
+        65,536) tokens likely to follow :attr:`tokens`.
 
         Drafts nothing before two tokens are known. A proposal is cut before its first token in
         ``stop`` (end-of-sequence ids: the model must not accept past them). The proposal counts
