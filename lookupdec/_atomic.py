@@ -164,6 +164,10 @@ def check_output_path(path: str | os.PathLike[str], inputs: Iterable[str | os.Pa
     folder = os.path.dirname(real)
     if not os.path.isdir(folder):
         raise OutputFileError(target, f"the output's folder does not exist ({folder})")
+    # Before the work, so that a command with two outputs (create -o --corpus-out) does not write
+    # the first and then fail on the second (a read-only folder: EROFS or EACCES).
+    if not os.access(folder, os.W_OK):
+        raise OutputFileError(target, f"the output's folder is not writable ({folder})")
     return real
 
 

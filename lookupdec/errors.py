@@ -7,6 +7,7 @@ at which the problem was found, so that a user can look at the bytes themselves.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 
 class LookupdecError(Exception):
@@ -27,6 +28,11 @@ class FileFormatError(LookupdecError, ValueError):
         where = f" at byte offset {offset}" if offset is not None else ""
         super().__init__(f"{self.path}: {message}{where}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its own arguments: pickled back from a worker process, the default
+        # (the formatted message alone) failed to construct it, and the pool broke instead.
+        return (type(self), (self.path, self.reason, self.offset))
+
 
 class CacheFormatError(FileFormatError):
     """An n-gram cache file (legacy, fork or lookupdec format) is malformed."""
@@ -39,6 +45,10 @@ class OutputFileError(LookupdecError, ValueError):
         self.path = os.fspath(path)
         self.reason = message
         super().__init__(f"{self.path}: {message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # as FileFormatError's: picklable across worker processes
+        return (type(self), (self.path, self.reason))
 
 
 class TokenFileError(FileFormatError):

@@ -798,6 +798,36 @@ def test_corpus_file_and_static_index_swapped(capsys: pytest.CaptureFixture[str]
     assert not (d / "m.lkdc").exists() and not (d / "again.lkdc").exists()
 
 
+def test_more_inputs_refused_before_the_work(
+    capsys: pytest.CaptureFixture[str], files: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = Path(files["dir"])
+    fifo = d / "vocab.fifo"
+    os.mkfifo(fifo)  # read, it would block stats and create forever
+    for argv in (
+        ("stats", files["replay"], "--tokenizer", str(fifo)),
+        ("create", files["corpus"], "--tokenizer", str(fifo), "-o", str(d / "x.lkdc")),
+    ):
+        code, _, err = run(capsys, *argv)
+        assert_clean_error(code, err, "vocab.fifo", "is a fifo", "--tokenizer")
+    # a draft length past MAX_DRAFT took gigabytes and never ended
+    code, _, err = run(capsys, "stats", files["replay"], "--n-draft", "2147483647")
+    assert_clean_error(code, err, "n_draft must be <= 65536")
+    # an output folder that cannot be written is named before anything is written (create with
+    # -o and --corpus-out wrote -o, then failed on the other); as root chmod does not stop a
+    # write, so the check is made to fail here
+    (d / "s.lkdc").write_bytes(b"old")
+    real_access = os.access
+    ro = str(d / "ro")
+    os.mkdir(ro)
+    monkeypatch.setattr(os, "access", lambda path, mode: False if str(path) == ro else real_access(path, mode))
+    code, _, err = run(
+        capsys, "create", files["corpus"], "-o", str(d / "s.lkdc"), "--corpus-out", str(d / "ro" / "c.lkcorpus")
+    )
+    assert_clean_error(code, err, "c.lkcorpus", "folder is not writable")
+    assert (d / "s.lkdc").read_bytes() == b"old"
+
+
 def test_inspect_corpus_file(capsys: pytest.CaptureFixture[str], files: dict[str, str]) -> None:
     d = Path(files["dir"])
     corpus = str(d / "c.lkcorpus")

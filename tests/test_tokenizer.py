@@ -335,3 +335,56 @@ def test_cli_stats_refuses_caches_with_ids_past_the_vocabulary(
                     assert rc == 0, err
                 else:
                     assert rc == 2 and f"{path}: holds token id 50,257" in err, err
+
+
+@needs_vocab
+def test_cli_outputs_never_overwrite_the_text_or_the_vocabulary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # tokenize -o TEXT replaced the text by its ids, and -o VOCAB (or create's --corpus-out VOCAB)
+    # the vocabulary, with exit 0: they are inputs, refused as create's and merge's corpora are.
+    import shutil
+
+    from tests.test_cli import assert_clean_error, run
+
+    text, vocab = tmp_path / "t.txt", tmp_path / "v.gguf"
+    text.write_text("Hello world, hello world.\n" * 20, encoding="utf-8")
+    shutil.copy(gguf("llama-bpe"), vocab)
+    before = (text.read_bytes(), vocab.read_bytes())
+    for argv in (
+        ("tokenize", str(text), "--tokenizer", str(vocab), "-o", str(text)),
+        ("tokenize", str(text), "--tokenizer", str(vocab), "-o", str(vocab)),
+        ("create", str(text), "--tokenizer", str(vocab), "-o", str(vocab)),
+        ("create", str(text), "--tokenizer", str(vocab), "-o", str(tmp_path / "s.lkdc"), "--corpus-out", str(vocab)),
+    ):
+        code, _, err = run(capsys, *argv)
+        assert_clean_error(code, err, "is also an input")
+    assert (text.read_bytes(), vocab.read_bytes()) == before
+    assert not (tmp_path / "s.lkdc").exists()
+
+
+@needs_vocab
+def test_cli_text_that_is_not_utf8_in_worker_processes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The error raised in a worker came back unpicklable (FileFormatError needs its path and
+    # message), and the pool broke with a traceback: now the worker's own one-line error.
+    from tests.test_cli import assert_clean_error, run
+
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"Hello\nworld\n" * 50_000 + b"\xff tail\n")
+    for argv in (
+        ("tokenize", str(bad), "--tokenizer", str(gguf("llama-bpe")), "-o", str(tmp_path / "o.bin"), "--workers", "2"),
+        ("stats", str(bad), "--tokenizer", str(gguf("llama-bpe")), "-c", "64"),
+    ):
+        code, _, err = run(capsys, *argv)
+        assert_clean_error(code, err, "bad.txt", "not valid UTF-8", "at byte offset 600000")
+
+
+def test_lookupdec_errors_survive_pickling() -> None:
+    import pickle
+
+    from lookupdec.errors import CacheFormatError, FileFormatError, OutputFileError, TokenFileError
+
+    for e in (FileFormatError("a.txt", "bad", 6), CacheFormatError("c.bin", "short"), TokenFileError("t", "odd", 3),
+              OutputFileError("o.bin", "is a folder")):  # fmt: skip
+        again = pickle.loads(pickle.dumps(e))
+        assert (type(again), str(again), again.path) == (type(e), str(e), e.path)

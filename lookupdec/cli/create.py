@@ -48,9 +48,13 @@ def cmd_create(args: argparse.Namespace) -> int:
     for path in args.corpus:
         require_file(path, "corpus")
         refuse_lookup_file(path)  # every reader below (the builder's own too) takes ids or text
-    check_output_path(args.output, args.corpus)  # before the work: not a device, not a corpus
+    inputs = list(args.corpus)
+    if args.tokenizer is not None:
+        require_file(args.tokenizer, "vocabulary, --tokenizer")  # a fifo would block its read
+        inputs.append(args.tokenizer)
+    check_output_path(args.output, inputs)  # before the work: not a device, not an input
     if args.corpus_out is not None:
-        check_output_path(args.corpus_out, [*args.corpus, args.output])
+        check_output_path(args.corpus_out, [*inputs, args.output])
     vocab_size, fingerprint = 0, b""
     if args.tokenizer is not None:
         from lookupdec.tokens import vocab_info

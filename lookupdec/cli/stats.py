@@ -57,6 +57,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     _fixed_mmap_threshold()
     impl = resolve_impl(args.impl)
     require_file(args.replay, "replay text")
+    if args.tokenizer is not None:
+        require_file(args.tokenizer, "vocabulary, --tokenizer")  # a fifo would block its read
     if args.static is not None:
         require_file(args.static, "static cache, -lcs")
     check_branches(args.branches, args.policy, flags=True)

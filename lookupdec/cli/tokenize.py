@@ -14,12 +14,14 @@ from lookupdec.errors import UsageError
 
 def cmd_tokenize(args: argparse.Namespace) -> int:
     """``lookupdec tokenize``: a text file to raw int32 ids with a model's vocabulary (llama.cpp's ids)."""
-    from lookupdec._atomic import atomic_writer
+    from lookupdec._atomic import atomic_writer, check_output_path
     from lookupdec.tokenizer.stream import iter_file_ids, write_ids
     from lookupdec.tokens import exact_tokenizer
 
     require_file(args.text, "text file")
     require_file(args.tokenizer, "vocabulary, --tokenizer")
+    # before the work: writing over the text or the vocabulary would destroy it
+    check_output_path(args.output, [args.text, args.tokenizer])
     check_workers(args.workers)
     t0 = time.perf_counter()
     tok = exact_tokenizer(args.tokenizer)

@@ -16,7 +16,7 @@ from lookupdec.fast._source import StaticSource
 from lookupdec.fast._tables import NGRAM_MAX, NGRAM_MIN
 from lookupdec.fast._tree import tree_nodes, tree_path
 from lookupdec.result import ReplayResult
-from lookupdec.rules import check_branches, check_policy, check_target_waste
+from lookupdec.rules import check_branches, check_draft_length, check_policy, check_target_waste
 
 
 def replay_core(
@@ -196,8 +196,7 @@ def replay(
     """
     if n_ctx < 1:
         raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
-    if n_draft < 0:
-        raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+    check_draft_length(n_draft, "n_draft")
     check_policy(policy)
     check_branches(branches, policy)
     check_target_waste(target_waste, policy)

@@ -10,7 +10,7 @@ from lookupdec.reference.draft import PartSource, draft
 from lookupdec.reference.history import SuffixHistory
 from lookupdec.reference.hybrid import TARGET_WASTE, HybridState
 from lookupdec.result import ReplayResult, common_prefix, tree_nodes
-from lookupdec.rules import check_branches, check_policy, check_target_waste
+from lookupdec.rules import check_branches, check_draft_length, check_policy, check_target_waste
 
 ProgressCallback = Callable[[int, int], None]
 """Called as ``progress(tokens_done, tokens_total)`` after every chunk."""
@@ -48,8 +48,7 @@ def replay(
     """
     if n_ctx < 1:
         raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
-    if n_draft < 0:
-        raise ValueError(f"n_draft must be >= 0, got {n_draft}")
+    check_draft_length(n_draft, "n_draft")
     check_policy(policy)
     check_branches(branches, policy)
     check_target_waste(target_waste, policy)
