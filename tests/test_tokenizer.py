@@ -388,3 +388,40 @@ def test_lookupdec_errors_survive_pickling() -> None:
               OutputFileError("o.bin", "is a folder")):  # fmt: skip
         again = pickle.loads(pickle.dumps(e))
         assert (type(again), str(again), again.path) == (type(e), str(e), e.path)
+
+
+def test_malformed_vocabularies_are_clear_errors(tmp_path: Path) -> None:
+    # A GGUF whose token count the file cannot hold made a list of that many first (MemoryError,
+    # or 15 GB for 2**31); a tokenizer.json that is not an object, or whose ids are negative or
+    # huge, failed deep inside (AttributeError, IndexError) or built a table of gigabytes.
+    import json
+    import struct
+
+    from lookupdec.errors import TokenFileError
+    from lookupdec.tokenizer.vocab import vocab_from_gguf, vocab_from_tokenizer_json
+
+    if gguf("llama-bpe").exists():
+        data = bytearray(gguf("llama-bpe").read_bytes())
+        at = data.index(b"tokenizer.ggml.tokens") + len(b"tokenizer.ggml.tokens") + 4 + 4  # the array's count
+        for count in (2**31, 2**62):
+            struct.pack_into("<Q", data, at, count)
+            bad = tmp_path / f"c{count}.gguf"
+            bad.write_bytes(bytes(data))
+            with pytest.raises(TokenFileError, match=f"{bad.name}: GGUF header is cut short"):
+                vocab_from_gguf(bad)
+    good = {
+        "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},
+        "pre_tokenizer": {"type": "ByteLevel"},  # GPT-2's: one this reader takes
+        "added_tokens": [],
+    }
+    cases = {
+        "list.json": [],
+        "model.json": {"model": "BPE"},
+        "negative.json": {**good, "model": {**good["model"], "vocab": {"a": 0, "b": -5}}},  # type: ignore[dict-item]
+        "huge.json": {**good, "added_tokens": [{"content": "<x>", "id": 2**40, "special": True}]},
+    }
+    for name, content in cases.items():
+        path = tmp_path / name
+        path.write_text(json.dumps(content), encoding="utf-8")
+        with pytest.raises(TokenFileError, match=f"{name}: "):
+            vocab_from_tokenizer_json(path)

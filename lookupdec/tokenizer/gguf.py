@@ -99,6 +99,7 @@ class _Cursor:
             if itype == _STRING:
                 return self._strings(count)
             if itype == _ARRAY:
+                self.need(12 * count)  # each at least its item type and count: bounds a bad count
                 return [self.value(_ARRAY) for _ in range(count)]
             raise TokenFileError(self.name, f"unknown GGUF array item type {itype}", self.pos)
         raise TokenFileError(self.name, f"unknown GGUF value type {vtype}", self.pos)
@@ -119,6 +120,9 @@ class _Cursor:
     def _strings(self, count: int) -> list[str]:
         # The hot loop of reading a vocabulary (128K tokens, 280K merges): slicing the mmap
         # object itself gives bytes directly (a memoryview slice would need a bytes() copy).
+        # Each string holds at least its 8-byte length: a count the file cannot hold is an error
+        # here, before a list of that many is made (2**62 was a MemoryError, 2**31 took 15 GB).
+        self.need(8 * count)
         mm, pos, end = self.raw, self.pos, len(self.buf)
         out: list[str] = [""] * count
         unpack_from = struct.unpack_from

@@ -219,6 +219,8 @@ def vocab_from_tokenizer_json(path: str | os.PathLike[str]) -> Vocab:
             data: dict[str, Any] = json.load(f)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise TokenFileError(name, f"not a Hugging Face tokenizer.json ({e})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("model") or {}, dict):
+        raise TokenFileError(name, "not a Hugging Face tokenizer.json (no JSON object with a model in it)")
     model = data.get("model") or {}
     if model.get("type") != "BPE":
         raise UnsupportedVocabError(f"{name}: tokenizer model {model.get('type')!r} is not supported (only BPE)")
@@ -228,10 +230,21 @@ def vocab_from_tokenizer_json(path: str | os.PathLike[str]) -> Vocab:
             f"{name}: pre-tokenizer {json.dumps(data.get('pre_tokenizer'))[:200]} is not one llama.cpp's "
             "llama-bpe, qwen2 or gpt-2 types reproduce; convert the model to GGUF and use the .gguf"
         )
-    vocab_map: dict[str, int] = dict(model.get("vocab") or {})
-    added = data.get("added_tokens") or []
-    for t in added:
-        vocab_map[t["content"]] = int(t["id"])
+    try:
+        vocab_map: dict[str, int] = dict(model.get("vocab") or {})
+        added = data.get("added_tokens") or []
+        for t in added:
+            vocab_map[t["content"]] = int(t["id"])
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise TokenFileError(name, f"not a Hugging Face tokenizer.json: bad vocab or added_tokens ({e!r})") from None
+    # Ids index a table of that size: a negative one failed deep inside, and a huge one (2**40)
+    # made a table of gigabytes. A vocabulary is dense, so more ids than entries is a bad file.
+    bad = [i for i in vocab_map.values() if not isinstance(i, int) or not 0 <= i < 2 * len(vocab_map) + 1024]
+    if bad:
+        top = 2 * len(vocab_map) + 1023
+        raise TokenFileError(
+            name, f"token id {bad[0]!r} is outside 0..{top} for a vocabulary of {len(vocab_map):,} tokens"
+        )
     n = max(vocab_map.values(), default=-1) + 1
     tokens = [f"[PAD{i}]" for i in range(n)]
     types = [TYPE_USER_DEFINED] * n  # llama.cpp's converter fills holes with user-defined [PADn]
