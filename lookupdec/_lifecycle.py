@@ -615,7 +615,7 @@ class Request:
             proposal = drafted[1:]
         else:
             proposal = []
-        if stop:
+        if len(stop):  # not truth: a numpy array of ids has none
             for i, t in enumerate(proposal):
                 if t in stop:
                     del proposal[i:]
@@ -678,7 +678,7 @@ class Request:
                 self._own = None
             tree = state.propose_tree(tokens, n, context, d.dynamic, d.static, branches, detached, self._own)
             drafted_len = len(tree[0]) if tree else 0
-            if stop:
+            if len(stop):  # not truth: a numpy array of ids has none
                 tree = _cut_tree(tree, stop)
             first = len(tree[0]) if tree else 0
             if first < drafted_len:

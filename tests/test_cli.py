@@ -802,6 +802,7 @@ def test_more_inputs_refused_before_the_work(
     capsys: pytest.CaptureFixture[str], files: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     d = Path(files["dir"])
+    argv: tuple[str, ...]
     fifo = d / "vocab.fifo"
     os.mkfifo(fifo)  # read, it would block stats and create forever
     for argv in (
@@ -810,6 +811,14 @@ def test_more_inputs_refused_before_the_work(
     ):
         code, _, err = run(capsys, *argv)
         assert_clean_error(code, err, "vocab.fifo", "is a fifo", "--tokenizer")
+    for bad in ("-1", "0", str(2**31 + 1)):
+        code, _, err = run(capsys, "create", files["corpus"], "-o", str(d / "v.lkdc"), "--vocab-size", bad)
+        assert_clean_error(code, err, "--vocab-size must be in 1..2^31")
+    gguf = d / "model.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(60))  # a model or vocabulary given as a cache
+    for argv in (("stats", files["replay"], "-lcs", str(gguf)), ("inspect", str(gguf))):
+        code, _, err = run(capsys, *argv)
+        assert_clean_error(code, err, "model.gguf", "a GGUF file", "not an n-gram cache")
     # a draft length past MAX_DRAFT took gigabytes and never ended
     code, _, err = run(capsys, "stats", files["replay"], "--n-draft", "2147483647")
     assert_clean_error(code, err, "n_draft must be <= 65536")

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import lookupdec
+import lookupdec.reference
 from lookupdec.adapters import RULE, SUFFIX, DraftLength, HistoryFollower
 
 
@@ -526,3 +527,34 @@ def test_a_generation_given_as_a_tuple_or_an_array_is_one_request() -> None:
         follower.end(convert(text))
         assert drafter.stats == as_list.stats  # one request, the same proposals
         assert drafter.stats.requests == 1
+
+
+def test_bad_arguments_are_named() -> None:
+    # out of range they failed later, deep inside: IndexError, ZeroDivisionError
+    for kwargs, message in (
+        ({"k": -1}, "k must be in 0..65536"),
+        ({"k": 4, "decay": -1.0}, r"decay must be in \(0, 1\)"),
+        ({"k": 4, "decay": 1.0}, r"decay must be in \(0, 1\)"),
+        ({"k": 4, "explore": 0}, "explore and stale must be >= 1"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            DraftLength(**kwargs)
+    ctl = DraftLength(4)
+    with pytest.raises(ValueError, match="source must be RULE"):
+        ctl.observe_accept(2, 1, source=5)
+    with pytest.raises(ValueError, match="source must be RULE"):
+        ctl.fit(3, 9)
+
+
+def test_stop_ids_as_a_numpy_array() -> None:
+    import numpy as np
+
+    for impl in (lookupdec.reference, lookupdec):
+        for policy in ("llama", "hybrid"):
+            tokens = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
+            with impl.Drafter(policy=policy, static=impl.build_static(tokens)).request(tokens) as req:
+                want = req.propose(6, stop=[4])
+                assert want and 4 not in want
+                assert req.propose(6, stop=np.array([4, 99])) == want
+                if policy == "hybrid":
+                    assert req.propose_tree(6, stop=np.array([4])) == req.propose_tree(6, stop=[4])

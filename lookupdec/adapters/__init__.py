@@ -16,6 +16,8 @@ import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from lookupdec.rules import MAX_DRAFT
+
 STREAKS = 3
 """:class:`DraftLength` learns acceptance apart after 0, 1, and 2 or more drafts accepted whole in a row."""
 SOURCES = 2
@@ -114,6 +116,13 @@ class DraftLength:
     """
 
     def __init__(self, k: int, decay: float = 0.95, explore: int = 8, margin: float = 0.03, stale: int = 128) -> None:
+        # checked here: out of range they failed later, deep inside (IndexError, ZeroDivisionError)
+        if not 0 <= k <= MAX_DRAFT:
+            raise ValueError(f"k must be in 0..{MAX_DRAFT}, got {k}")
+        if not 0 < decay < 1:
+            raise ValueError(f"decay must be in (0, 1), got {decay}")
+        if explore < 1 or stale < 1:
+            raise ValueError(f"explore and stale must be >= 1, got {explore} and {stale}")
         self.k = k
         """The longest draft."""
         self.stale = stale
@@ -168,6 +177,7 @@ class DraftLength:
         """``accepted`` of a draft's first ``drafted`` tokens were accepted (a step of the same generation).
 
         ``source``: where the draft came from (:data:`RULE` or :data:`SUFFIX`)."""
+        _check_source(source)
         probed, self._probing = self._probing, False
         climbed, self._climbing = self._climbing, False
         # An exploring draft accepted whole is followed at once by one twice as long, and so on
@@ -332,6 +342,7 @@ class DraftLength:
 
         An exploring draft is sent whole; a source that does not pay now is explored with one
         token as :meth:`choose` explores."""
+        _check_source(source)
         if self._explored or drafted <= 0:
             return drafted
         best = min(drafted, self._best(self._chosen_costs, source))
@@ -524,6 +535,12 @@ class HistoryFollower:
             self.request.end()
             self.request = None
         self.max_growth = None
+
+
+def _check_source(source: int) -> None:
+    """ValueError unless ``source`` is :data:`RULE` or :data:`SUFFIX` (an index into per-source tables)."""
+    if source not in (RULE, SUFFIX):
+        raise ValueError(f"source must be RULE ({RULE}) or SUFFIX ({SUFFIX}), got {source!r}")
 
 
 def _as_ids(history: Sequence[int]) -> list[int]:

@@ -61,6 +61,8 @@ def cmd_create(args: argparse.Namespace) -> int:
 
         vocab_size, fingerprint = vocab_info(args.tokenizer)
     if args.vocab_size is not None:
+        if not 1 <= args.vocab_size <= 1 << 31:  # recorded in a header, and bounds the ids
+            raise UsageError(f"--vocab-size must be in 1..2^31, got {args.vocab_size}")
         vocab_size = args.vocab_size
     code = _create_static(args, impl, vocab_size, fingerprint)
     if args.corpus_out is not None:

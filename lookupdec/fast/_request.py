@@ -125,7 +125,7 @@ class Request:
             # The dynamic cache is read at each step: Drafter.save() may replace it.
             dynamic = require_cache(d.dynamic, "nc_dynamic")
             draft_list(tokens, proposal, n, NGRAM_MIN, NGRAM_MAX, context, dynamic, self._static)
-            if stop:
+            if len(stop):  # not truth: a numpy array of ids has none
                 for i, t in enumerate(proposal):
                     if t in stop:
                         del proposal[i:]

@@ -77,12 +77,14 @@ def detect_format(path: str | os.PathLike[str]) -> str:
 
 
 def refuse_corpus_file(path: str | os.PathLike[str], head: bytes) -> None:
-    """:class:`CacheFormatError` if ``head`` (a file's first bytes) is a corpus file's magic.
+    """:class:`CacheFormatError` if ``head`` (a file's first bytes) is a corpus file's or a GGUF's magic.
 
     ``create --corpus-out`` writes the corpus file beside the static index, and the two are
     easily swapped; read as llama.cpp's format (which has no magic) a corpus file would fail
     deep inside with an error about a record, not about the file given.
     """
+    if head[:4] == b"GGUF":  # a model or vocabulary: read as llama.cpp's format, a "follower count 0"
+        raise CacheFormatError(path, "a GGUF file (a model or vocabulary: --tokenizer), not an n-gram cache")
     if head[:8] == MAGIC_CORPUS:
         raise CacheFormatError(
             path,
