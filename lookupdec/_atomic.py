@@ -136,16 +136,28 @@ def file_kind(mode: int) -> str:
     return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
 
 
-def check_output_path(path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]] = ()) -> str:
+def check_output_path(
+    path: str | os.PathLike[str],
+    inputs: Iterable[str | os.PathLike[str]] = (),
+    outputs: Iterable[str | os.PathLike[str]] = (),
+) -> str:
     """The real path an output to ``path`` will replace, after the checks every output gets.
 
     Symbolic links are followed (the link's target is what gets written). Raises
-    :class:`~lookupdec.errors.OutputFileError` naming ``path`` when it exists and is not a
-    regular file, when it is the same file as one of ``inputs`` (``create X -o X`` would
-    destroy the corpus), or when its folder does not exist.
+    :class:`~lookupdec.errors.OutputFileError` naming ``path`` when it is empty, when it exists
+    and is not a regular file, when it is the same file as one of ``inputs`` (``create X -o X``
+    would destroy the corpus) or of the command's other ``outputs`` (the second written would
+    replace the first), or when its folder does not exist or is not writable.
     """
     target = os.fspath(path)
+    if not target:  # realpath("") is the current folder: "exists and is a folder" said nothing useful
+        raise OutputFileError("''", "an empty output path: give a file name")
     real = os.path.realpath(target)
+    for other in outputs:
+        if os.path.realpath(other) == real:  # neither need exist yet
+            raise OutputFileError(
+                target, f"is also the command's other output ({os.fspath(other)}): give the two different names"
+            )
     try:
         st = os.stat(real)
     except FileNotFoundError:
@@ -157,7 +169,7 @@ def check_output_path(path: str | os.PathLike[str], inputs: Iterable[str | os.Pa
     if st is not None:
         for other in inputs:
             with contextlib.suppress(OSError):
-                if os.path.samefile(other, real):
+                if os.path.samefile(other, real):  # hard links too, which realpath does not see
                     raise OutputFileError(
                         target, f"is also an input ({os.fspath(other)}); writing it would destroy that input"
                     )

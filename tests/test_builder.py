@@ -275,6 +275,79 @@ def test_cli_create_bad_budget(tmp_path: Path, capsys: Any, flag: str, value: st
     assert not (tmp_path / "x.lkdc").exists()
 
 
+def test_cli_memory_below_the_floor_is_refused_before_any_work(tmp_path: Path, capsys: Any) -> None:
+    # 64K made a create of 1M tokens crawl for over a minute (thousands of tiny spill pieces).
+    code = main(["create", str(DEMO), "-o", str(tmp_path / "x.lkdc"), "--memory", "64K"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--memory 64K" in err and "1M" in err and err.count("\n") == 1
+    assert not (tmp_path / "x.lkdc").exists()
+
+
+def test_cli_memory_is_checked_and_warned_about_where_unused(tmp_path: Path, capsys: Any) -> None:
+    llama = str(tmp_path / "a.bin")
+    assert main(["create", str(DEMO), "-o", llama, "--format", "llama", "-q"]) == 0
+    out = str(tmp_path / "m.bin")
+    # A bad value is refused whichever path the merge takes (the legacy merge ignored it).
+    assert main(["merge", llama, llama, "-o", out, "--memory", "lots"]) == 2
+    assert "--memory" in capsys.readouterr().err and not os.path.exists(out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert main(["merge", llama, llama, "-o", out, "--memory", "64M", "-q"]) == 0
+        err = capsys.readouterr().err
+        assert "warning" in err and "--memory" in err and "--format llama" in err
+        assert main(["create", str(DEMO), "-o", llama, "--format", "llama", "--memory", "64M", "-q"]) == 0
+        assert "does not use it" in capsys.readouterr().err
+
+
+def test_a_budget_that_cuts_tiny_spill_pieces_warns_with_one_that_would_not(tmp_path: Path) -> None:
+    sources = [builder.Source.open(DEMO)]
+    with pytest.warns(UserWarning, match="is slow") as record:
+        builder.make_plan(sources, memory=20_000, workers=2)
+    suggested = int(str(record[0].message).split(" MiB or more")[0].rsplit(" ", 1)[1].replace(",", ""))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the suggested budget does not warn
+        plan = builder.make_plan(sources, memory=suggested << 20, workers=2, force_spill=True)
+    assert len(plan.shards) * max(len(plan.splitters) + 1, 2) <= builder._create.SLOW_PIECES
+
+
+def test_pool_workers_leave_ctrl_c_to_the_parent() -> None:
+    import multiprocessing
+    import signal
+
+    from lookupdec.builder import _create
+
+    plan = builder.make_plan([builder.Source.open(DEMO)], memory=1 << 30, workers=1)
+    with multiprocessing.get_context("fork").Pool(1, initializer=_create._set_state, initargs=(plan,)) as pool:
+        assert pool.apply(signal.getsignal, (signal.SIGINT,)) == signal.SIG_IGN
+        assert pool.apply(signal.getsignal, (signal.SIGTERM,)) == signal.SIG_DFL
+
+
+def test_cli_killed_mid_create_removes_its_spill_folder(tmp_path: Path) -> None:
+    """SIGTERM (kill) ended the program without clean-up: the spill folder stayed in $TMPDIR."""
+    import subprocess
+    import sys
+
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    script = f"""
+import os, signal, sys, tempfile
+from lookupdec.builder import _create
+from lookupdec.cli import main
+count = _create.count_spilled
+def killed(plan, folder, *a, **k):
+    assert os.listdir({str(spill)!r})  # the spill folder exists now
+    os.kill(os.getpid(), signal.SIGTERM)
+    return count(plan, folder, *a, **k)
+_create.count_spilled = killed
+sys.exit(main(["create", {str(DEMO)!r}, "-o", {str(tmp_path / "x.lkdc")!r}, "--memory", "1M", "--workers", "1"]))
+"""
+    env = {**os.environ, "TMPDIR": str(spill)}
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 143, run.stderr
+    assert run.stderr == "lookupdec: terminated\n"
+    assert os.listdir(spill) == [] and not (tmp_path / "x.lkdc").exists()
+
+
 def test_cli_merge_streams_indexes_and_warns_once(tmp_path: Path, capsys: Any) -> None:
     big = 2**31 - 10
     for name in ("a", "b"):
@@ -381,3 +454,33 @@ def test_cli_create_asks_whether_an_unknown_name_is_tokens_or_text(tmp_path: Pat
     corpus.write_bytes(np.arange(7, dtype="<i4").tobytes())
     assert main(["create", str(corpus), "-o", str(out), "--tokens", "-q"]) == 0
     assert out.read_bytes() == expected_bytes(tmp_path, [list(range(7))])
+
+
+def test_a_full_disk_while_spilling_names_the_temporary_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """numpy's and a file's write raise ENOSPC naming no file: the error was a bare errno line."""
+    import errno
+    import tempfile
+
+    from lookupdec.builder import _write
+
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spill))
+
+    def full(part: Any, path: str) -> Any:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(_write.StoredPart, "save", staticmethod(full))
+    out = tmp_path / "x.lkdc"
+    code = main(["create", str(DEMO), "-o", str(out), "--memory", "1M", "--workers", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"lookupdec: error: {spill}: No space left on device in lookupdec's temporary folder")
+    assert "TMPDIR" in err
+    assert not out.exists() and os.listdir(spill) == []
+    # an error naming a file outside the folder (the output itself) is left as it was
+    with pytest.raises(OSError, match="elsewhere") as info, _write.spill_folder("x-", spill):
+        raise OSError(errno.ENOSPC, "elsewhere", str(out))
+    assert info.value.filename == str(out)

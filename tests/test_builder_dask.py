@@ -69,3 +69,18 @@ def test_worker_killed_mid_job_still_gives_the_right_index(client: Any, local_in
     else:
         assert out.read_bytes() == local_index
     assert killed
+
+
+def test_a_service_that_never_answers_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listening socket that never speaks Dask (an HTTP server, say): Client waited forever."""
+    import socket
+
+    from lookupdec.builder import dask
+
+    monkeypatch.setattr(dask, "CONNECT_TIMEOUT", 1.0)
+    monkeypatch.setattr(dask, "HANDSHAKE_GRACE", 1.0)
+    with socket.create_server(("127.0.0.1", 0)) as server:  # the kernel accepts; nobody answers
+        address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+        with pytest.raises(BuildError, match="no Dask scheduler answered"):
+            create_index_dask([DEMO], tmp_path / "x.lkdc", scheduler=address)
+    assert not (tmp_path / "x.lkdc").exists()

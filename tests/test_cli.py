@@ -835,6 +835,25 @@ def test_more_inputs_refused_before_the_work(
     )
     assert_clean_error(code, err, "c.lkcorpus", "folder is not writable")
     assert (d / "s.lkdc").read_bytes() == b"old"
+    # -o and --corpus-out naming one new file: the index was written, then replaced by the
+    # corpus file, with no error; an empty -o was "exists and is a folder" (realpath('') is '.')
+    same = str(d / "same.lkdc")
+    for argv in (
+        ("create", files["corpus"], "-o", same, "--corpus-out", same),
+        ("create", files["corpus"], "-o", same, "--corpus-out", str(d / "." / "same.lkdc")),
+    ):
+        code, _, err = run(capsys, *argv)
+        assert_clean_error(code, err, "same.lkdc", "is also the command's other output")
+    assert not os.path.exists(same)
+    for argv in (
+        ("create", files["corpus"], "-o", ""),
+        ("create", files["corpus"], "-o", same, "--corpus-out", ""),
+        ("merge", files["corpus"], "-o", ""),
+        ("tokenize", files["corpus"], "--tokenizer", files["corpus"], "-o", ""),
+    ):
+        code, _, err = run(capsys, *argv)
+        assert_clean_error(code, err, "an empty output path")
+    assert not os.path.exists(same)
 
 
 def test_inspect_corpus_file(capsys: pytest.CaptureFixture[str], files: dict[str, str]) -> None:

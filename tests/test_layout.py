@@ -26,6 +26,7 @@ STDLIB_LEAVES = {
     "lookupdec._rawids",  # raw token files without numpy: the replay's lean input (issue 10 item 4)
     "lookupdec._lifecycle",  # the Drafter's request lifecycle, shared by both implementations
     "lookupdec._shared_file",
+    "lookupdec._signals",  # SIGTERM cleans up, pool workers leave Ctrl-C to the parent
     "lookupdec._version",
     "lookupdec.errors",
     "lookupdec.result",
@@ -150,9 +151,10 @@ def test_formats_import_no_implementation_or_tool() -> None:
 def test_builder_imports_only_downward() -> None:
     """lookupdec.builder (bounded-memory create/merge) sits on formats and the leaves; no implementation, no tool."""
     # lookupdec.tokens: token-file input, a leaf above errors only (the .npy header checks are shared);
-    # lookupdec._rawids: the raw-file size check under it.
+    # lookupdec._rawids: the raw-file size check under it; lookupdec._signals: its pool workers'
+    # signals (a stdlib-only leaf).
     below = ("lookupdec.builder", "lookupdec.formats", "lookupdec.errors", "lookupdec._atomic", "lookupdec.tokens",
-             "lookupdec._rawids", "lookupdec.rules")  # fmt: skip
+             "lookupdec._rawids", "lookupdec.rules", "lookupdec._signals")  # fmt: skip
     modules = [m for m in GRAPH if m.startswith("lookupdec.builder")]
     assert "lookupdec.builder._write" in modules and "lookupdec.builder.dask" in modules
     for m in modules:

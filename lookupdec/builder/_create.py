@@ -23,8 +23,8 @@ import math
 import multiprocessing
 import os
 import sys
-import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from lookupdec._signals import worker_signals
 from lookupdec.builder._count import (
     GUESS_BITS,
     I64,
@@ -45,7 +46,7 @@ from lookupdec.builder._count import (
     reduce_bucket,
 )
 from lookupdec.builder._sources import Source, id_code
-from lookupdec.builder._write import AnyPart, IndexSummary, MemoryPart, StoredPart, write_index
+from lookupdec.builder._write import AnyPart, IndexSummary, MemoryPart, StoredPart, spill_folder, write_index
 from lookupdec.errors import IdsOutOfRange
 
 Progress = Callable[[int, int], None]
@@ -58,6 +59,10 @@ BYTES_PER_ENTRY = 72
 SAMPLE_WINDOWS = 4096
 SAMPLE_WINDOW = 64
 MIN_SHARD = 1 << 12
+SLOW_PIECES = 1 << 17
+"""Spill pieces (shards times buckets) above which a create warns that its budget makes it slow."""
+FAST_PIECES = 1 << 15
+"""Spill pieces the budget a slow create's warning suggests would give."""
 
 
 def parse_memory(text: str) -> int:
@@ -150,6 +155,16 @@ def make_plan(
         if min(start + shard_tokens, s.length) > 2
     ]
     n_buckets = max(workers, math.ceil(n * BYTES_PER_ENTRY / max(per_worker, 1)))
+    if len(shards) * n_buckets > SLOW_PIECES:
+        # Every shard spills a piece per bucket and every bucket reads one back per shard: the
+        # pieces grow as (tokens / budget) squared, and tiny ones make the run crawl.
+        fast_enough = workers * n * math.sqrt(BYTES_PER_TOKEN * BYTES_PER_ENTRY / FAST_PIECES)
+        warnings.warn(
+            f"a memory budget of {memory / 2**20:.3g} MiB for {n:,} tokens cuts them into "
+            f"{len(shards):,} shards x {n_buckets:,} buckets of spill pieces, which is slow; "
+            f"{math.ceil(fast_enough / 2**20):,} MiB or more (--memory) is faster and gives the same file",
+            stacklevel=2,
+        )
     return Plan(sources, code, shards, sample_splitters(sources, code, n_buckets), True)
 
 
@@ -224,6 +239,7 @@ def _imap(fn: Callable[[Any], Any], tasks: Sequence[Any], workers: int, plan: Pl
 
 
 def _set_state(plan: Plan) -> None:
+    worker_signals()  # Ctrl-C is the parent's to handle: no traceback from every worker
     _STATE["plan"] = plan
 
 
@@ -324,7 +340,7 @@ def _create(
         summary = write_index(output, parts, vocab_size=vocab_size, vocab_fingerprint=vocab_fingerprint, memory=memory)
         _trace("write", t0)
         return summary
-    with tempfile.TemporaryDirectory(prefix="lookupdec-create-", dir=tmpdir) as folder:
+    with spill_folder("lookupdec-create-", tmpdir) as folder:
         stored = count_spilled(plan, folder, workers, progress)
         t0 = _trace(f"count and reduce, {len(plan.shards)} shards, {len(stored)} buckets", t0)
         summary = write_index(

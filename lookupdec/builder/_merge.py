@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +21,7 @@ import numpy as np
 
 from lookupdec.builder._count import I64, IdCode, merge_runs, part_from_run, split_run
 from lookupdec.builder._create import BYTES_PER_ENTRY, Progress, default_memory, default_workers
-from lookupdec.builder._write import AnyPart, IndexSummary, MemoryPart, write_index
+from lookupdec.builder._write import AnyPart, IndexSummary, MemoryPart, spill_folder, write_index
 from lookupdec.errors import CacheFormatError
 from lookupdec.formats import INDEX_HEADER_SIZE, LookupdecIndexReader
 from lookupdec.formats.index_header import index_header
@@ -194,7 +193,7 @@ def _merge_spilled(
     keys_sorted = np.sort(np.array(sample, dtype=np.int64))
     cuts = np.unique(keys_sorted[(np.arange(1, n_buckets) * len(keys_sorted)) // n_buckets])
     splitters: I64 = cuts[cuts > keys_sorted[0]] << code.bits if len(keys_sorted) else np.zeros(0, np.int64)
-    with tempfile.TemporaryDirectory(prefix="lookupdec-merge-", dir=tmpdir) as folder:
+    with spill_folder("lookupdec-merge-", tmpdir) as folder:
         n_b = len(splitters) + 1
         files = [open(os.path.join(folder, f"b{b}"), "wb") for b in range(n_b)]  # noqa: SIM115 - closed below
         run_lengths: list[list[int]] = [[] for _ in range(n_b)]

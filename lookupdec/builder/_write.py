@@ -8,6 +8,7 @@ linear probing inserts every key in ordinal order.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import queue
@@ -30,6 +31,27 @@ SLOT_PIECE = 1 << 20
 """Slots converted to bytes per call (bounds the copy)."""
 SECTIONS = (("keys", "<i8", 0), ("starts", "<i8", 1), ("picks", "<i4", 0), ("tokens", "<i4", 0), ("counts", "<i4", 0))
 """Each section of a part: name, dtype, extra elements (starts has n_keys + 1)."""
+
+
+@contextlib.contextmanager
+def spill_folder(prefix: str, tmpdir: str | os.PathLike[str] | None = None) -> Iterator[str]:
+    """A temporary folder under ``tmpdir`` (default: ``$TMPDIR``) for spills, removed at the end.
+
+    A write there that fails without naming a file (a full disk: numpy's and a file object's
+    ``write`` raise ``OSError`` with no filename) is raised again naming the folder's parent,
+    with what chooses another, instead of a bare "[Errno 28] No space left on device".
+    """
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=tmpdir) as folder:
+        try:
+            yield folder
+        except OSError as e:
+            inside = e.filename is None or os.fspath(e.filename).startswith(folder + os.sep)
+            if not inside or e.errno is None:
+                raise
+            parent = os.path.dirname(folder)
+            reason = f"{e.strerror or e} in lookupdec's temporary folder ({os.path.basename(folder)})"
+            hint = "set TMPDIR (tmpdir= in Python) to a folder with more room, or raise --memory to spill less"
+            raise OSError(e.errno, f"{reason}: {hint}", parent) from None
 
 
 @dataclass
@@ -282,7 +304,7 @@ def write_index(
         raise ValueError(f"vocab_fingerprint must be 8 bytes (or empty), got {len(vocab_fingerprint)}")
     n_slots = n_slots_for(sum(p.n_keys for p in parts))
     n_ranges = slot_ranges(n_slots, memory)
-    with tempfile.TemporaryDirectory(prefix="lookupdec-slots-", dir=tmpdir) as folder:
+    with spill_folder("lookupdec-slots-", tmpdir) as folder:
         if n_ranges == 1:
             pieces: Iterator[bytes] = _pieces_in_memory(parts, n_slots)
         else:

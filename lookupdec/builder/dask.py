@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
@@ -27,6 +28,11 @@ from lookupdec.builder._sources import Source
 from lookupdec.builder._write import AnyPart, IndexSummary, StoredPart, write_index
 from lookupdec.errors import BuildError, LookupdecError
 
+CONNECT_TIMEOUT = 30.0
+"""Seconds to reach the scheduler (Dask's own timeout)."""
+HANDSHAKE_GRACE = 5.0
+"""Seconds more for the scheduler to answer, once reached."""
+
 
 def _client(scheduler: Any) -> tuple[Any, bool]:
     try:
@@ -35,12 +41,33 @@ def _client(scheduler: Any) -> tuple[Any, bool]:
         raise BuildError("--dask needs the dask extra: pip install 'lookupdec[dask]'") from None
     if isinstance(scheduler, Client):
         return scheduler, False
-    try:
-        # Through Any: distributed is untyped, and may be absent when mypy runs.
-        make: Any = Client
-        return make(scheduler, timeout="30s"), True
-    except OSError as e:
-        raise BuildError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
+    # Through Any: distributed is untyped, and may be absent when mypy runs.
+    make: Any = Client
+    box: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            box["client"] = make(scheduler, timeout=f"{CONNECT_TIMEOUT:g}s")
+        except BaseException as e:  # handed to the caller's thread below
+            box["error"] = e
+
+    # Client's own timeout covers reaching the address, not a service that accepts the
+    # connection and never answers Dask's handshake (an HTTP server, say): there it waits
+    # forever. Its thread is a daemon, so one left waiting does not keep the program alive.
+    thread = threading.Thread(target=connect, name="lookupdec-dask-connect", daemon=True)
+    thread.start()
+    thread.join(CONNECT_TIMEOUT + HANDSHAKE_GRACE)
+    if thread.is_alive():
+        raise BuildError(
+            f"no Dask scheduler answered at {scheduler} within {CONNECT_TIMEOUT + HANDSHAKE_GRACE:g} s "
+            "(something accepted the connection: is it a Dask scheduler's address and port?)"
+        )
+    error = box.get("error")
+    if isinstance(error, OSError):
+        raise BuildError(f"cannot reach the Dask scheduler at {scheduler}: {error}") from None
+    if error is not None:
+        raise error
+    return box["client"], True
 
 
 def shard_task(source: Source, shard: Shard, code: IdCode, splitters: I64) -> list[tuple[I64, I64]]:

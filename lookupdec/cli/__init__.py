@@ -20,11 +20,13 @@ Every error about the input ends the program with one line on stderr,
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Sequence
 from typing import TextIO
 
+from lookupdec._signals import Terminated, terminate_raises
 from lookupdec.cli._common import EXIT_ERROR, EXIT_OK
 from lookupdec.cli._parser import build_parser
 from lookupdec.cli.inspect import inspect_cache
@@ -67,7 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     old_showwarning = warnings.showwarning
     warnings.showwarning = _show_warning
     try:
-        code: int = args.func(args)
+        with terminate_raises():  # kill (SIGTERM) cleans up as Ctrl-C does: temporary folders go
+            code: int = args.func(args)
         return code
     except BrokenPipeError:  # e.g. 'lookupdec inspect x | head'
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -78,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         sys.stderr.write(f"lookupdec: error: {_format_error(e)}\n")
         return EXIT_ERROR
+    except Terminated:
+        sys.stderr.write("lookupdec: terminated\n")
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         sys.stderr.write("lookupdec: interrupted\n")
         return 130

@@ -29,6 +29,7 @@ from lookupdec.cli._common import (
     mb,
     refuse_lookup_file,
     want_progress,
+    warn_unused_memory,
 )
 from lookupdec.cli._pipeline import (
     build_static_cache,
@@ -45,6 +46,8 @@ from lookupdec.errors import UsageError, warn_saturated
 def cmd_create(args: argparse.Namespace) -> int:
     """``lookupdec create``: build a static cache (llama-lookup-create)."""
     impl = resolve_impl(args.impl)  # checked first for every format, though only llama and fork-v2 use it
+    budget(args)  # checked for every format too; only the lookupdec format's builder uses it
+    warn_unused_memory(args, args.format == "lookupdec")
     for path in args.corpus:
         require_file(path, "corpus")
         refuse_lookup_file(path)  # every reader below (the builder's own too) takes ids or text
@@ -54,7 +57,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         inputs.append(args.tokenizer)
     check_output_path(args.output, inputs)  # before the work: not a device, not an input
     if args.corpus_out is not None:
-        check_output_path(args.corpus_out, [*inputs, args.output])
+        check_output_path(args.corpus_out, inputs, outputs=[args.output])
     vocab_size, fingerprint = 0, b""
     if args.tokenizer is not None:
         from lookupdec.tokens import vocab_info
@@ -133,9 +136,9 @@ def _tokenized_corpora(args: argparse.Namespace, stack: contextlib.ExitStack, wo
     tok = exact_tokenizer(args.tokenizer)
     if tok is None or args.dask is not None:
         return [load_input_array(args, path) for path in args.corpus]
-    import tempfile  # here, not at the top: it loads modules (shutil, random) no other command needs
+    from lookupdec.builder._write import spill_folder  # a full disk there is named as the builder's are
 
-    tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="lookupdec-create-"))
+    tmp = stack.enter_context(spill_folder("lookupdec-create-"))
     files: list[Any] = []
     for i, path in enumerate(args.corpus):  # each checked by cmd_create (require_file)
         out = os.path.join(tmp, f"corpus-{i:04d}.i32")

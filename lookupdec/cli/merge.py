@@ -16,6 +16,7 @@ from lookupdec.cli._common import (
     add_impl_option,
     budget,
     mb,
+    warn_unused_memory,
 )
 from lookupdec.cli._pipeline import load_cache, require_file, resolve_impl, saturate_counts, write_cache
 from lookupdec.errors import warn_saturated
@@ -27,7 +28,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
     for path in args.inputs:
         require_file(path, "cache to merge")
     check_output_path(args.output, args.inputs)  # before the work: not a device, not an input
-    if args.format == "lookupdec" and _all_of_format(args.inputs, "lookupdec"):
+    budget(args)  # checked whichever path runs; only the streamed merge of lookupdec indexes uses it
+    streamed = args.format == "lookupdec" and _all_of_format(args.inputs, "lookupdec")
+    warn_unused_memory(args, streamed)
+    if streamed:
         return _merge_indexes(args)
     stream = getattr(impl, "merge_legacy_files", None)
     if args.format == "llama" and stream is not None and _all_of_format(args.inputs, "llama"):

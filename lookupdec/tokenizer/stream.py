@@ -26,6 +26,7 @@ from typing import BinaryIO
 import numpy as np
 import numpy.typing as npt
 
+from lookupdec._signals import worker_signals
 from lookupdec.errors import TokenFileError
 from lookupdec.tokenizer import Tokenizer
 
@@ -111,6 +112,7 @@ def _encode_range(path: str, start: int, end: int, parse_special: bool) -> npt.N
 
 def _init_worker(path: str | None) -> None:
     global _TOK
+    worker_signals()  # Ctrl-C is the parent's to handle: no traceback from every worker
     if path is not None:  # a spawned (not forked) worker loads the vocabulary itself
         from lookupdec.tokenizer import load_tokenizer
 
@@ -155,25 +157,24 @@ def iter_file_ids(
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tokenizers' own threads and fork do not mix
         init_path = None if ctx.get_start_method() == "fork" else tok.path
         inflight: deque[tuple[Future[npt.NDArray[np.int32]], int]] = deque()
+        pool = ProcessPoolExecutor(n_workers, mp_context=ctx, initializer=_init_worker, initargs=(init_path,))
         try:
-            with ProcessPoolExecutor(
-                n_workers, mp_context=ctx, initializer=_init_worker, initargs=(init_path,)
-            ) as pool:
-                for start, end in ranges:
-                    inflight.append((pool.submit(_encode_range, name, start, end, parse_special), end))
-                    while len(inflight) >= 2 * n_workers:
-                        fut, d = inflight.popleft()
-                        yield fut.result()
-                        if progress is not None:
-                            progress(d, total)
-                while inflight:
+            for start, end in ranges:
+                inflight.append((pool.submit(_encode_range, name, start, end, parse_special), end))
+                while len(inflight) >= 2 * n_workers:
                     fut, d = inflight.popleft()
                     yield fut.result()
                     if progress is not None:
                         progress(d, total)
+            while inflight:
+                fut, d = inflight.popleft()
+                yield fut.result()
+                if progress is not None:
+                    progress(d, total)
         finally:
-            for fut, _ in inflight:
-                fut.cancel()
+            # Stopped early (an error, Ctrl-C, the reader gone): drop the chunks not started;
+            # the workers ignore Ctrl-C, so each finishes only the chunk it holds.
+            pool.shutdown(wait=True, cancel_futures=True)
             _TOK = None
     if add_special and tok.add_eos:
         assert tok.eos_id is not None
