@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import operator
 import os
+import weakref
 from array import array
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -122,7 +123,7 @@ class RequestHost:
     """
 
     # __weakref__: lookupdec.adapters.IsolatedDrafter follows its requests' hosts without keeping them.
-    __slots__ = ("__weakref__", "added", "cache", "draft", "dynamic", "hybrid", "id_limit", "n_draft", "owner",
+    __slots__ = ("__weakref__", "_owner", "added", "cache", "draft", "dynamic", "hybrid", "id_limit", "n_draft",
                  "static", "tally", "vocab_size", "waiting")  # fmt: skip
 
     def __init__(
@@ -153,10 +154,36 @@ class RequestHost:
         """The Drafter's counters (:class:`Tally`'s fields)."""
         self.hybrid: Any = p.new_hybrid(history_tokens, target_waste) if policy == "hybrid" and p.new_hybrid else None
         """The hybrid policy's ``HybridState`` (None for ``"llama"``)."""
-        self.owner: Request | None = None
-        """The request whose tokens the hybrid history is following (the *history owner*)."""
+        # Weak: a request dropped without end() (an exception, a client gone) would otherwise own
+        # the history for the Drafter's life, and every later request would draft detached
+        # from it, its tokens never joining (4x fewer tokens drafted in a check of 20 requests).
+        self._owner: weakref.ref[Request] | None = None
         self.waiting: list[list[int]] = []
         """Tokens of requests that ended while the owner was open: they join the history after it."""
+
+    @property
+    def owner(self) -> Request | None:
+        """The request whose tokens the hybrid history is following (the *history owner*).
+
+        None when there is none: it ended, or it was dropped without ending and collected (then
+        the tokens of the requests that ended while it was open join the history now).
+        """
+        ref = self._owner
+        if ref is None:
+            return None
+        request = ref()
+        if request is None:
+            self._owner = None
+            self._join_waiting()
+        return request
+
+    def _join_waiting(self) -> None:
+        """The tokens of requests that ended while the owner was open join the history, in order."""
+        state = self.hybrid
+        waiting, self.waiting = self.waiting, []
+        for tokens in waiting:
+            state.begin_request()
+            state.sync(tokens)
 
     def check_ids(self, ids: Sequence[int], what: str) -> None:
         """VocabularyError naming the first of ``ids`` outside ``0 <= id < id_limit`` (``what`` names them)."""
@@ -176,19 +203,17 @@ class RequestHost:
     def claim_history(self, request: Request) -> None:
         """Make ``request`` the history owner: a new request in the suffix history."""
         self.hybrid.begin_request()
-        self.owner = request
+        self._owner = weakref.ref(request)
 
     def history_end(self, request: Request) -> None:
         """``request`` ended: its tokens complete the history (now, or after the owner's)."""
         state = self.hybrid
-        if request is self.owner:
+        owner = self.owner
+        if request is owner:
             state.sync(request._tokens)
-            self.owner = None
-            waiting, self.waiting = self.waiting, []
-            for tokens in waiting:
-                state.begin_request()
-                state.sync(tokens)
-        elif self.owner is None:
+            self._owner = None
+            self._join_waiting()
+        elif owner is None:
             state.begin_request()
             state.sync(request._tokens)
         else:
@@ -506,6 +531,7 @@ class Request:
     """One generation: its tokens so far and its context cache. Made by :meth:`Drafter.request`."""
 
     __slots__ = (
+        "__weakref__",  # the Drafter's history owner is held weakly (RequestHost.owner)
         "_context",
         "_host",
         "_matched",
@@ -579,13 +605,15 @@ class Request:
         if state is not None:
             if self._observing:  # the last proposal's verdict never came: what extend confirmed
                 self._observe(self._observed_prefix())
-            if d.owner is None:
+            owner = d.owner
+            if owner is None:
                 d.claim_history(self)
+                owner = self
             observing = bool(tokens)
         if observing:
             # The history owner's tokens are the history's current request; a request open at
             # the same time matches its own last tokens against the history instead.
-            if d.owner is self:
+            if owner is self:
                 self._own = None
                 proposal: list[int] = state.propose(tokens, n, context, d.dynamic, d.static)
             else:
@@ -651,11 +679,13 @@ class Request:
         tokens = self._tokens
         if self._observing:  # the last proposal's verdict never came: what extend confirmed
             self._observe(self._observed_prefix())
-        if d.owner is None:
+        owner = d.owner
+        if owner is None:
             d.claim_history(self)
+            owner = self
         tree: list[list[int]] = []
         if tokens:
-            detached = d.owner is not self  # as in propose: it matches its own last tokens
+            detached = owner is not self  # as in propose: it matches its own last tokens
             if detached and self._own is None:
                 self._own = state.request_history()
             elif not detached:

@@ -523,8 +523,9 @@ def test_history_tokens_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
     proposer.close()
     monkeypatch.setenv("LOOKUPDEC_ISOLATE", "1")
     drafter = LookupProposer(vllm_config(3, 100)).drafter
-    drafter.request([1, 2, 3])
+    req = drafter.request([1, 2, 3])  # kept: an open request dropped takes its Drafter along
     assert [h.hybrid.history.max_tokens for h in drafter._live] == [4096]  # every request's own history
+    req.end()
     refused = (
         ("lots", "hybrid", "LOOKUPDEC_HISTORY_TOKENS must be a number of tokens, not 'lots'"),
         ("8", "hybrid", "LOOKUPDEC_HISTORY_TOKENS=8: history_tokens must be >= 16, got 8"),

@@ -129,6 +129,10 @@ class DrafterTests(ImplTests):
             self.impl.Drafter().request([2**31])
         with pytest.raises(TypeError):
             req.extend([3, 1.5])
+        for huge in (2**63, -(2**70)):  # past an i64: the compiled llama path said "int too large"
+            for policy in ("llama", "hybrid"):
+                with pytest.raises(VocabularyError, match=f"token 0 is {huge}"):
+                    self.impl.Drafter(policy=policy).request([1]).extend([huge])
         assert req.tokens == [1, 2]  # a refused extend commits nothing
         import numpy as np
 
@@ -286,6 +290,33 @@ class DrafterTests(ImplTests):
         owner.end()
         assert drafter.policy_state.history.tokens()[-10:] == [10 + 99 % 7, 20, 30, 40, 50, 60, 70, 80, 90, 100]
 
+    def test_an_owner_dropped_without_end_gives_the_history_up(self) -> None:
+        # The Drafter held its history owner strongly: one dropped without end() (an exception,
+        # a client gone) owned the history for good, and every later request drafted detached
+        # from it, its tokens never joining.
+        import gc
+
+        import numpy as np
+
+        ids = np.fromfile(DATA / "wiki.test.demo.llama3.bin", dtype="<i4")[:3000].tolist()
+        stats = []
+        for drop in (False, True):
+            drafter = self.impl.Drafter(policy="hybrid")
+            first = drafter.request([])
+            if drop:
+                del first
+                gc.collect()
+            else:
+                first.end()
+            for start in (0, 1000, 0, 2000, 1000):
+                with drafter.request(ids[start : start + 20]) as req:
+                    for t in ids[start + 20 : start + 400]:
+                        req.propose(8)
+                        req.extend([t])
+                    assert drafter._host.owner is req
+            stats.append(drafter.stats)
+        assert stats[1] == stats[0] and stats[0].n_accept > 0
+
     def test_a_static_index_as_the_dynamic_cache_is_refused(self, tmp_path: Path) -> None:
         # The compiled Drafter loaded it, and save() then wrote it back as llama.cpp's format.
         path = tmp_path / "s.lkdc"
@@ -343,6 +374,25 @@ class DrafterTests(ImplTests):
             self.impl.Drafter(policy="hybrid", corpus=static)
         with self.impl.Drafter(policy="hybrid", corpus=corpus).request([5, 6]) as req:
             assert req.propose()[:2] == [7, 8]
+
+    def test_a_cut_copy_of_a_file_with_a_magic_is_not_an_empty_llama_cache(self, tmp_path: Path) -> None:
+        # Under 20 bytes, llama.cpp's format reads as an empty cache with trailing bytes; the
+        # first 4-7 bytes of an index or a corpus file are a truncated copy of that file.
+        static, corpus = tmp_path / "s.lkdc", tmp_path / "c.lkcorpus"
+        write_static([((1, 2, -1, -1), [(3, 4)])], static)
+        lookupdec.fast.CorpusIndex.from_tokens([5, 6, 7, 8]).save(corpus)
+        for whole, kind in ((static, "a lookupdec static index"), (corpus, "a lookupdec corpus file")):
+            for n in (4, 7):
+                cut = tmp_path / f"cut{n}"
+                cut.write_bytes(whole.read_bytes()[:n])
+                for kwargs in ({"static": cut}, {"dynamic": cut}):
+                    # "LKDC" begins both magics: both are named.
+                    with pytest.raises(CacheFormatError, match=f"{cut}: {n} bytes that begin the magic of .*{kind}"):
+                        self.impl.Drafter(**kwargs)
+        other = tmp_path / "other"
+        other.write_bytes(b"LKDX123")  # not a magic's start: llama.cpp's format, empty, as before
+        with pytest.warns(UserWarning, match="trailing bytes"):
+            assert len(self.impl.load_static(other)) == 0
 
     def test_save_merges_into_what_is_on_disk(self, tmp_path: Path) -> None:
         path = tmp_path / "dynamic.bin"

@@ -386,9 +386,16 @@ def test_every_truncation_raises_cache_format_error(tmp_path: Path, fmt: str) ->
         read_fully(path)
 
 
-def test_truncated_magic_reads_as_legacy(tmp_path: Path) -> None:
+def test_truncated_magic_is_a_cut_file(tmp_path: Path) -> None:
+    # llama.cpp reads any file under 20 bytes as an empty cache with trailing bytes; one that is
+    # the start of a magic (4-7 bytes) is a cut copy of a file with that magic, said as such.
     data = written(tmp_path, "fork-v2")
     path = write(tmp_path, "cut", data[:7])
+    with pytest.raises(CacheFormatError, match="7 bytes that begin the magic of a fork v2 static cache"):
+        detect_format(path)
+    with pytest.raises(CacheFormatError, match="a cut file"):
+        list(read_as_contents(path))
+    path = write(tmp_path, "short", data[:3])  # too short to tell: llama.cpp's reading, as before
     assert detect_format(path) == "llama"
     with pytest.warns(UserWarning, match="trailing"):
         assert list(read_as_contents(path)) == []

@@ -182,7 +182,9 @@ class Request:
         raw: list[object] = list(ids)
         if not raw:
             return
-        limit = self._limit
+        # A plain int, not i64: mypyc converts the other side of an int/i64 comparison to i64,
+        # which fails ("int too large to convert to i64") on an id of 2**63 before the check.
+        limit: int = self._limit
         plain = True
         for x in raw:
             # bool is an int subclass: it takes the converting path, as in the shared lifecycle.

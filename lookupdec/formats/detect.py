@@ -65,6 +65,11 @@ def open_regular_fd(path: str | os.PathLike[str]) -> tuple[int, int]:
     return fd, st.st_size
 
 
+_CACHE_KINDS: Final = {MAGIC_LOOKUPDEC: "a lookupdec static index", MAGIC_FORK_V1: "a fork v1 static cache",
+                       MAGIC_FORK_V2: "a fork v2 static cache"}  # fmt: skip
+_MAGIC_KINDS: Final = {**_CACHE_KINDS, MAGIC_CORPUS: "a lookupdec corpus file"}
+
+
 def detect_format(path: str | os.PathLike[str]) -> str:
     """The format of a cache file, from its first 8 bytes (legacy files have no magic).
 
@@ -79,6 +84,8 @@ def detect_format(path: str | os.PathLike[str]) -> str:
 def refuse_corpus_file(path: str | os.PathLike[str], head: bytes) -> None:
     """:class:`CacheFormatError` if ``head`` (a file's first bytes) is a corpus file's or a GGUF's magic.
 
+    Also when the whole file (``head`` shorter than 8 bytes) is the start of a magic: a cut copy.
+
     ``create --corpus-out`` writes the corpus file beside the static index, and the two are
     easily swapped; read as llama.cpp's format (which has no magic) a corpus file would fail
     deep inside with an error about a record, not about the file given.
@@ -91,6 +98,13 @@ def refuse_corpus_file(path: str | os.PathLike[str], head: bytes) -> None:
             "a lookupdec corpus file (create --corpus-out), not an n-gram cache: it is the hybrid policy's "
             "corpus (stats --corpus, Drafter(corpus=...)); the static index is the file create wrote with -o",
         )
+    if 4 <= len(head) < 8:
+        # Shorter than a magic, the file is a llama.cpp cache of trailing bytes only (llama.cpp
+        # reads it as empty); starting like one of the magics, it is a cut copy of that file.
+        kinds = [kind for magic, kind in _MAGIC_KINDS.items() if magic.startswith(head)]
+        if kinds:
+            what = " or of ".join(kinds)
+            raise CacheFormatError(path, f"{len(head)} bytes that begin the magic of {what}: a cut file")
 
 
 def cache_kind(head: bytes) -> str | None:
@@ -99,9 +113,7 @@ def cache_kind(head: bytes) -> str | None:
     For the places that take other files (a corpus, a token file) and should name a cache
     given to them by mistake; llama.cpp's format has no magic and is not recognized.
     """
-    kinds = {MAGIC_LOOKUPDEC: "a lookupdec static index", MAGIC_FORK_V1: "a fork v1 static cache",
-             MAGIC_FORK_V2: "a fork v2 static cache"}  # fmt: skip
-    return kinds.get(head[:8])
+    return _CACHE_KINDS.get(head[:8])
 
 
 def format_of(head: bytes) -> str:
