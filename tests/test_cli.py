@@ -525,7 +525,8 @@ def test_progress_bar_draws_on_stderr(capsys: pytest.CaptureFixture[str]) -> Non
     _, err = capsys.readouterr()
     assert "replay" in err
     with _pipeline.progress_bar(False, "replay") as progress:
-        assert progress is None
+        progress(50, 100)  # silent, and interpreted: where signal handlers run (see the slow test below)
+    assert capsys.readouterr().err == ""
 
 
 # --- demo ----------------------------------------------------------------------------------------------
@@ -931,3 +932,32 @@ def test_stats_policy_text_and_bad_choice(capsys: pytest.CaptureFixture[str], fi
     code, out, err = run(capsys, "stats", files["replay"], "--policy", "best")
     assert code == 2
     assert "invalid choice: 'best'" in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_long_compiled_replay_stops_at_once_when_asked(tmp_path: Path, sig: str) -> None:
+    """Without a progress bar the compiled replay never entered the interpreter: a Ctrl-C or a
+    kill waited for the whole replay (60 s for enwiki_wt.10M with the hybrid policy)."""
+    import signal
+    import time
+
+    from tests.conftest import SHARED_DATA
+
+    corpus = SHARED_DATA / "enwiki_wt.10M.llama3.bin"
+    if not corpus.exists():
+        pytest.skip(f"{corpus} is not here")
+    ids = np.fromfile(corpus, dtype="<i4")
+    big = tmp_path / "big.bin"
+    np.concatenate([ids, ids]).tofile(big)  # a replay of tens of seconds in any implementation
+    argv = [sys.executable, "-m", "lookupdec", "stats", str(big), "--policy", "hybrid", "-q"]
+    run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)  # past the start: the replay runs
+    assert run.poll() is None
+    sent = time.monotonic()
+    run.send_signal(getattr(signal, sig))
+    _, err = run.communicate(timeout=60)
+    waited = time.monotonic() - sent
+    assert run.returncode == (143 if sig == "SIGTERM" else 130), err
+    assert err.strip() == ("lookupdec: terminated" if sig == "SIGTERM" else "lookupdec: interrupted")
+    assert waited < 30, waited  # one chunk of 4,096 tokens (ms), not the rest of the replay (over a minute)
