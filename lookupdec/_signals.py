@@ -7,7 +7,9 @@ parent alone handles it and stops them.
 
 ``kill`` (SIGTERM) ends a Python program without running ``finally`` blocks or ``with``
 exits, which left a create's temporary spill folder behind. :func:`terminate_raises` turns it
-into :class:`Terminated`, an exception, for as long as a command runs.
+into :class:`Terminated`, an exception, while a command with temporary folders runs (the CLI's
+``CLEAN_UP_ON_KILL``). Only there: a Python handler runs when the interpreter next gets control,
+which a long compiled call (a fast replay) may not give back for a minute.
 """
 
 from __future__ import annotations

@@ -958,6 +958,7 @@ def test_a_long_compiled_replay_stops_at_once_when_asked(tmp_path: Path, sig: st
     run.send_signal(getattr(signal, sig))
     _, err = run.communicate(timeout=60)
     waited = time.monotonic() - sent
-    assert run.returncode == (143 if sig == "SIGTERM" else 130), err
-    assert err.strip() == ("lookupdec: terminated" if sig == "SIGTERM" else "lookupdec: interrupted")
+    # stats has no temporary folder: kill keeps its default (the process ends at once)
+    assert run.returncode == (-signal.SIGTERM if sig == "SIGTERM" else 130), err
+    assert err.strip() == ("" if sig == "SIGTERM" else "lookupdec: interrupted")
     assert waited < 30, waited  # one chunk of 4,096 tokens (ms), not the rest of the replay (over a minute)

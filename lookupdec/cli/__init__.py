@@ -19,6 +19,7 @@ Every error about the input ends the program with one line on stderr,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -33,6 +34,10 @@ from lookupdec.cli.inspect import inspect_cache
 from lookupdec.errors import LookupdecError
 
 __all__ = ["build_parser", "inspect_cache", "main"]
+
+
+CLEAN_UP_ON_KILL = frozenset({"create", "merge", "tokenize", "demo"})
+"""Subcommands that write temporary folders (spills, tokenized corpora, the demo's files)."""
 
 
 def _format_error(exc: BaseException) -> str:
@@ -68,8 +73,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = os.environ.get("LOOKUPDEC_DEBUG") == "1"
     old_showwarning = warnings.showwarning
     warnings.showwarning = _show_warning
+    # Commands with temporary folders turn kill (SIGTERM) into an exception, so those folders
+    # go as on Ctrl-C; the others keep SIGTERM's default, which ends a process at once even
+    # inside a long compiled call (a Python handler waits for the interpreter's next step).
+    cleans_up = args.command in CLEAN_UP_ON_KILL
     try:
-        with terminate_raises():  # kill (SIGTERM) cleans up as Ctrl-C does: temporary folders go
+        with terminate_raises() if cleans_up else contextlib.nullcontext():
             code: int = args.func(args)
         return code
     except BrokenPipeError:  # e.g. 'lookupdec inspect x | head'
