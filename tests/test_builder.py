@@ -484,3 +484,6 @@ def test_a_full_disk_while_spilling_names_the_temporary_folder(
     with pytest.raises(OSError, match="elsewhere") as info, _write.spill_folder("x-", spill):
         raise OSError(errno.ENOSPC, "elsewhere", str(out))
     assert info.value.filename == str(out)
+    with pytest.raises(OSError, match="read failed") as info, _write.spill_folder("x-", spill):
+        raise OSError(errno.EIO, "read failed")  # not a full disk: maybe an input's, left alone
+    assert info.value.filename is None

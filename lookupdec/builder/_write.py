@@ -9,6 +9,7 @@ linear probing inserts every key in ordinal order.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import queue
@@ -45,8 +46,10 @@ def spill_folder(prefix: str, tmpdir: str | os.PathLike[str] | None = None) -> I
         try:
             yield folder
         except OSError as e:
-            inside = e.filename is None or os.fspath(e.filename).startswith(folder + os.sep)
-            if not inside or e.errno is None:
+            # Only the errors of a full disk or quota: one with no filename may also come from
+            # reading an input, which is not this folder's fault.
+            full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+            if not full or (e.filename is not None and not os.fspath(e.filename).startswith(folder + os.sep)):
                 raise
             parent = os.path.dirname(folder)
             reason = f"{e.strerror or e} in lookupdec's temporary folder ({os.path.basename(folder)})"
