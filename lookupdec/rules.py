@@ -88,8 +88,21 @@ def check_target_waste(target_waste: float | None, policy: str, *, flags: bool =
         raise ValueError(f"{name} steers the hybrid policy's drafts: give it with {_option('policy', 'hybrid', flags)}")
 
 
+def check_threshold(value: object) -> float:
+    """The hybrid policy's threshold ``value`` as a float, or TypeError/ValueError unless it is a
+    number in [0, 1] (nan passed every comparison and stayed: the policy then drafted to the limit)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"threshold must be a number in [0, 1], not {type(value).__name__}")
+    t = float(value)
+    if not 0.0 <= t <= 1.0:
+        raise ValueError(f"threshold must be in [0, 1], got {value}")
+    return t
+
+
 MIN_HISTORY_TOKENS: Final = 16
 """The smallest bound on the hybrid policy's history (``history_tokens``; a ``SuffixHistory``'s ``max_tokens``)."""
+MAX_HISTORY_TOKENS: Final = 1 << 62
+"""The largest: any bound a machine can hold, and it fits the compiled history's int64 counts."""
 
 
 def check_history_tokens(history_tokens: int | None, policy: str) -> None:
@@ -101,6 +114,8 @@ def check_history_tokens(history_tokens: int | None, policy: str) -> None:
         raise ValueError("history_tokens bounds the hybrid policy's history: give it with policy='hybrid'")
     if history_tokens < MIN_HISTORY_TOKENS:
         raise ValueError(f"history_tokens must be >= {MIN_HISTORY_TOKENS}, got {history_tokens}")
+    if history_tokens > MAX_HISTORY_TOKENS:  # past an i64, the compiled history said "int too large"
+        raise ValueError(f"history_tokens must be <= 2^62, got {history_tokens}")
 
 
 def _option(name: str, value: object, flags: bool) -> str:

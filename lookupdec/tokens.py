@@ -16,6 +16,8 @@ import hashlib
 import itertools
 import json
 import os
+import stat
+import tokenize
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
@@ -23,6 +25,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import numpy.typing as npt
 
+from lookupdec._atomic import file_kind
 from lookupdec._rawids import TOKEN_SUFFIXES as TOKEN_SUFFIXES  # re-exported: its home before _rawids
 from lookupdec._rawids import check_raw_size
 from lookupdec.errors import TokenFileError
@@ -36,6 +39,20 @@ TokenArray = npt.NDArray[np.int32]
 _BOS_NAMES = ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>", "<|endoftext|>")
 
 
+def require_regular(path: str) -> None:
+    """TokenFileError when ``path`` exists and is not a regular file (a missing one is left to the reader).
+
+    A fifo blocked the read for ever, ``/dev/zero`` read until memory ran out, and ``/dev/null``
+    read as an empty file, silently: the command line refused them, the Python API did not.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise TokenFileError(path, f"is {file_kind(st.st_mode)}, not a regular file")
+
+
 def read_tokens(path: str | os.PathLike[str]) -> TokenArray:
     """Read a token file: raw little-endian int32 ids, or a ``.npy`` array (by extension).
 
@@ -44,7 +61,8 @@ def read_tokens(path: str | os.PathLike[str]) -> TokenArray:
     id outside the int32 range raises :class:`TokenFileError` with the byte offset of
     that element. A missing file raises :class:`FileNotFoundError`.
     """
-    name = os.fspath(path)
+    name = os.fsdecode(path)  # a bytes path too
+    require_regular(name)
     if name.lower().endswith(".npy"):
         return _read_npy(name)
     check_raw_size(name)
@@ -59,6 +77,8 @@ def check_token_ids(path: str | os.PathLike[str], ids: TokenArray, *, raw: bool 
     a vocabulary, where no id is negative (-1 is llama.cpp's "no token", and a key padding).
     Without this a -1 made keys look like shorter n-grams, and misleading errors later.
     """
+    if ids.ndim != 1:
+        raise TokenFileError(path, f"token ids must be one-dimensional, got shape {ids.shape}")
     if ids.size:
         bad = np.flatnonzero(ids < 0)
         if bad.size:
@@ -77,6 +97,7 @@ def npy_layout(name: str) -> tuple[int, np.dtype[Any], int]:
     than one dimension, or data cut short. Only the header is read.
     """
     fmt = np.lib.format
+    require_regular(name)
     try:
         with open(name, "rb") as f:
             version = fmt.read_magic(f)
@@ -85,11 +106,11 @@ def npy_layout(name: str) -> tuple[int, np.dtype[Any], int]:
             else:
                 shape, _, dtype = fmt.read_array_header_2_0(f)
             data_offset = f.tell()
-    except (ValueError, EOFError) as e:
+    except (ValueError, EOFError, SyntaxError, tokenize.TokenError) as e:  # the header is a Python literal
         raise TokenFileError(name, f"not a valid .npy file ({e})", 0) from None
     if dtype.kind not in "iu":
         raise TokenFileError(name, f".npy array has dtype {dtype}, token ids need an integer dtype", 0)
-    if len(shape) != 1:
+    if len(shape) != 1 or not isinstance(shape[0], int) or shape[0] < 0:  # (-1,) read every byte as ids
         raise TokenFileError(name, f".npy array has shape {shape}, token ids need a one-dimensional array", 0)
     expected = data_offset + int(shape[0]) * dtype.itemsize
     size = os.path.getsize(name)
@@ -152,6 +173,7 @@ def tokenize_file(
     ``parse_special = true``.
     """
     name = os.fspath(path)
+    require_regular(name)
     with open(name, "rb") as f:
         raw = f.read()
     try:
@@ -291,10 +313,12 @@ def load_tokens(
     With neither, a name ending in ``.bin`` or ``.npy`` is read as a token file; anything
     else is an error (a ``ValueError`` saying which flag to give).
     """
-    name = os.fspath(path)
+    name = os.fsdecode(path)
     if tokens and tokenizer is not None:
         raise ValueError("give either --tokens or --tokenizer, not both")
+    require_regular(name)
     if tokenizer is not None:
+        require_regular(os.fsdecode(tokenizer))
         exact = exact_tokenizer(tokenizer)
         if exact is not None:
             return tokenize_exact(name, exact, add_bos=add_bos)

@@ -11,6 +11,7 @@ history, as the engine shows it each step" onto a :class:`lookupdec.Drafter` req
 
 from __future__ import annotations
 
+import math
 import operator
 import time
 from collections.abc import Collection, Sequence
@@ -117,12 +118,15 @@ class DraftLength:
 
     def __init__(self, k: int, decay: float = 0.95, explore: int = 8, margin: float = 0.03, stale: int = 128) -> None:
         # checked here: out of range they failed later, deep inside (IndexError, ZeroDivisionError)
+        k = operator.index(k)  # 4.5 failed making the tables ("can't multiply sequence by non-int")
         if not 0 <= k <= MAX_DRAFT:
             raise ValueError(f"k must be in 0..{MAX_DRAFT}, got {k}")
         if not 0 < decay < 1:
             raise ValueError(f"decay must be in (0, 1), got {decay}")
         if explore < 1 or stale < 1:
             raise ValueError(f"explore and stale must be >= 1, got {explore} and {stale}")
+        if not 0 <= margin < 1:  # nan passed, and then no draft ever paid
+            raise ValueError(f"margin must be in [0, 1), got {margin}")
         self.k = k
         """The longest draft."""
         self.stale = stale
@@ -159,8 +163,8 @@ class DraftLength:
 
     def observe_step(self, verified: int, seconds: float) -> None:
         """A step verified ``verified`` tokens (the draft and the model's own) in ``seconds``."""
-        if not 1 <= verified <= self.k + 1 or seconds <= 0:
-            return
+        if not 1 <= verified <= self.k + 1 or not 0 < seconds < math.inf:
+            return  # nan or inf would stay in the average for good (and no draft would pay again)
         self._steps += 1
         w = self._cost_w[verified]
         if self._steps - self._cost_at[verified] > self.stale or (w > 0 and seconds < 0.5 * self._cost[verified] / w):
@@ -238,6 +242,7 @@ class DraftLength:
 
     def acceptance(self, source: int = RULE) -> list[float]:
         """The learned acceptance of the 1st..k-th drafted token (given the ones before), next from ``source``."""
+        _check_source(source)  # 7 was an IndexError, -1 the SUFFIX table
         ok = self._accepted[source][self._streak]
         tried = self._tried[source][self._streak]
         return [ok[i] / tried[i] for i in range(1, self.k + 1)]
@@ -387,6 +392,8 @@ class BatchCost:
     """
 
     def __init__(self, decay: float = 0.95, warmup: int = 8, min_spread: float = 0.25) -> None:
+        if not 0 < decay <= 1:  # 2 made the threshold nan, -1 was taken (1: no decay, plain sums)
+            raise ValueError(f"decay must be in (0, 1], got {decay}")
         self.decay = decay
         """The weight a step keeps after each newer one."""
         self.warmup = warmup
@@ -451,6 +458,11 @@ class HistoryFollower:
     """
 
     def __init__(self, drafter: Any, vocab_size: int | None = None, adaptive: DraftLength | None = None) -> None:
+        if adaptive is not None and not isinstance(adaptive, DraftLength):
+            # True (what RequestProposer and LookupDraftModel take) failed at the first step
+            raise TypeError(f"adaptive must be a DraftLength or None, not {type(adaptive).__name__}")
+        if vocab_size is not None and vocab_size < 1:
+            raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
         self.drafter = drafter
         """The :class:`lookupdec.Drafter` the requests belong to."""
         self.request: Any = None

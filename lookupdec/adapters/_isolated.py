@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import weakref
 from collections.abc import Callable, Iterable
@@ -9,6 +10,7 @@ from typing import Any
 
 import lookupdec
 from lookupdec._lifecycle import DrafterStats
+from lookupdec.rules import check_draft_length, check_threshold
 
 
 class IsolatedDrafter:
@@ -92,8 +94,8 @@ class IsolatedDrafter:
 
     @n_draft.setter
     def n_draft(self, n: int) -> None:
-        if n < 0:
-            raise ValueError(f"n_draft must be >= 0, got {n}")
+        n = operator.index(n)  # as Drafter.n_draft: 2.5 or 10**6 were taken, and every later request failed
+        check_draft_length(n, "n_draft")
         self._n_draft = n
         for host in list(self._live):
             host.n_draft = n
@@ -115,7 +117,7 @@ class IsolatedDrafter:
     def threshold(self, value: float) -> None:
         if self.policy != "hybrid":
             raise ValueError(f"a threshold is the hybrid policy's; these requests draft with {self.policy!r}")
-        self._threshold = value
+        self._threshold = check_threshold(value)
         for host in list(self._live):
             host.hybrid.threshold = value
 
@@ -164,5 +166,8 @@ def set_threshold(drafter: Any, value: float) -> None:
     """Set the hybrid policy's threshold of ``drafter``: a :class:`lookupdec.Drafter` or an :class:`IsolatedDrafter`."""
     if isinstance(drafter, IsolatedDrafter):
         drafter.threshold = value
-    else:
-        drafter.policy_state.threshold = value
+        return
+    state = drafter.policy_state
+    if state is None:
+        raise ValueError(f"a threshold is the hybrid policy's; this Drafter drafts with {drafter.policy!r}")
+    state.threshold = check_threshold(value)

@@ -143,12 +143,17 @@ class LookupDraftModel(_DraftModelBase):
         """``llm.generate(tokens, **kwargs)`` drafted by this model: the generated ids, stopping at end of sequence.
 
         ``llm`` must have this object as its ``draft_model``. Generation stops before the
-        model's end-of-sequence token and after ``max_tokens`` tokens (None: at the context's
-        end); the request ends with the prompt and every yielded token when the generator
-        returns or is closed.
+        model's end-of-sequence token and after ``max_tokens`` tokens (None, 0 or less: at the
+        context's end, as llama-cpp-python's ``create_completion`` reads them); the request ends
+        with the prompt and every yielded token when the generator returns or is closed.
         """
         if getattr(llm, "draft_model", None) is not self:
             raise ValueError("LookupDraftModel.generate needs llm.draft_model to be this draft model")
+        if max_tokens is not None:
+            if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+                raise TypeError(f"max_tokens must be an int or None, not {type(max_tokens).__name__}")
+            if max_tokens <= 0:
+                max_tokens = None
         history = [int(t) for t in tokens]
         n_prompt = len(history)
         n_ctx = int(llm.n_ctx())

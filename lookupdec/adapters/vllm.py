@@ -96,6 +96,7 @@ already loaded ``vllm.distributed.parallel_state``.
 from __future__ import annotations
 
 import multiprocessing.util
+import operator
 import os
 import sys
 import time
@@ -111,7 +112,7 @@ import lookupdec
 from lookupdec.adapters import BatchCost, IsolatedDrafter, set_threshold
 from lookupdec.adapters._vllm_rows import RowTracker
 from lookupdec.reference.hybrid import THRESHOLD_MAX, THRESHOLD_MIN
-from lookupdec.rules import check_history_tokens, check_target_waste
+from lookupdec.rules import MAX_DRAFT, check_history_tokens, check_target_waste
 
 RUNNER_FRAMES = 3
 """Caller frames searched for vLLM's model runner: its ``propose_draft_token_ids`` calls the
@@ -156,6 +157,45 @@ def tensor_parallel_rank() -> int:
         return 0
 
 
+def _config_int(name: str, value: Any, low: int, high: int) -> int:
+    """``value`` of vLLM's config field ``name`` as an int in ``low..high``, or ValueError naming it."""
+    try:
+        n = operator.index(value) if not isinstance(value, str) else int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if not low <= n <= high:
+        raise ValueError(f"{name} must be in {low}..{high}, got {n}")
+    return n
+
+
+def _check_batch(sampled_token_ids: Sequence[Any], num_tokens_no_spec: Any, ids: Any) -> None:
+    """ValueError naming the argument when vLLM's step arrays do not fit one another.
+
+    Checked here, vectorized, before the compiled row tracker reads them: a negative count
+    drafted from a numpy slice of the row's end, a count past the row's width from a row cut
+    short, a 1-D or float array failed deep inside.
+    """
+    if ids.ndim != 2 or ids.dtype.kind not in "iu":
+        raise ValueError(f"token_ids_cpu must be a 2-D array of integer token ids, got {ids.ndim}-D {ids.dtype}")
+    n_rows = len(sampled_token_ids)
+    if n_rows > ids.shape[0]:
+        raise ValueError(f"{n_rows} rows of sampled_token_ids, but token_ids_cpu has {ids.shape[0]} rows")
+    counts = np.asarray(num_tokens_no_spec)[:n_rows]
+    if len(counts) < n_rows:  # the row tracker's own wording
+        raise ValueError(f"num_tokens_no_spec has {len(counts)} rows, sampled_token_ids {n_rows}")
+    if not n_rows:
+        return
+    if counts.dtype.kind not in "iu":
+        raise ValueError(f"num_tokens_no_spec must be integer token counts, got dtype {counts.dtype}")
+    width = ids.shape[1]
+    if counts.min() < 0 or counts.max() > width:
+        i = int(np.flatnonzero((counts < 0) | (counts > width))[0])
+        raise ValueError(
+            f"row {i}: num_tokens_no_spec is {int(counts[i])}, not a token count in 0..{width} "
+            f"(more than token_ids' {width} columns, or negative)"
+        )
+
+
 def save_interval_from_env() -> float:
     """``LOOKUPDEC_SAVE_INTERVAL`` in seconds (default 30)."""
     raw = os.environ.get("LOOKUPDEC_SAVE_INTERVAL") or "30"
@@ -163,8 +203,8 @@ def save_interval_from_env() -> float:
         value = float(raw)
     except ValueError:
         raise ValueError(f"LOOKUPDEC_SAVE_INTERVAL must be a number of seconds, not {raw!r}") from None
-    if value < 0:
-        raise ValueError(f"LOOKUPDEC_SAVE_INTERVAL must be >= 0, not {raw!r}")
+    if not value >= 0:  # nan too: no interval ever passed, and the file was never saved while serving
+        raise ValueError(f"LOOKUPDEC_SAVE_INTERVAL must be >= 0 seconds, not {raw!r}")
     return value
 
 
@@ -357,9 +397,11 @@ class LookupProposer:
         k = getattr(spec, "num_speculative_tokens", None)
         if k is None:
             raise ValueError("LookupProposer needs vllm_config.speculative_config.num_speculative_tokens")
-        self.k = int(k)
+        self.k = _config_int("speculative_config.num_speculative_tokens", k, 0, MAX_DRAFT)
         """Tokens proposed per request and step at most (vLLM's ``num_speculative_tokens``)."""
-        self.max_model_len = int(vllm_config.model_config.max_model_len)
+        self.max_model_len = _config_int(
+            "model_config.max_model_len", vllm_config.model_config.max_model_len, 1, 1 << 62
+        )
         """No draft goes past this many tokens in a request."""
         self.drafter = drafter if drafter is not None else drafter_from_env(self.k, model_vocab_size(vllm_config))
         """The :class:`lookupdec.Drafter` all requests share (``drafter.stats``, ``drafter.save()``), or
@@ -405,8 +447,12 @@ class LookupProposer:
         included; ``token_ids_cpu[i]``: the row's tokens (prompt and committed). Both arrays
         may be longer than the batch (vLLM passes its whole buffers).
         """
+        if not self._finalizer.still_active():
+            # Its requests were ended and saved: a new one would never be (the exit save ran).
+            raise ValueError("propose() after close(): this LookupProposer has ended its requests")
         entered = self.clock() if self.cost is not None else 0.0
         ids = np.asarray(token_ids_cpu)
+        _check_batch(sampled_token_ids, num_tokens_no_spec, ids)
         found = runner_requests(token_ids_cpu)
         tracker = self._tracker
         if self.cost is not None:
