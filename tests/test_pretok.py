@@ -183,12 +183,17 @@ def test_encode_equals_tiktoken(impl: str) -> None:
 
 @needs_vocab
 def test_encode_lone_surrogates_as_tiktoken() -> None:
-    """A lone surrogate (only a str from Python can hold one) is replaced as tiktoken does; a pair joins."""
+    """A lone surrogate (only a str from Python can hold one) is replaced by the engine as tiktoken
+    does, and a pair joins; the public encode refuses a lone one (not UTF-8, which is what llama.cpp
+    tokenizes), as every engine then does alike."""
     tok = _llama3()
     assert tok._bpe is not None
     enc = tok._bpe._tiktoken
     for text in ("a\ud800b", "x \udfff\n", "'s\ud83d\ude00 1234", "\ud835\udc00bc", "\ud800"):
-        assert tok.encode(text, add_special=False).tolist() == enc.encode_ordinary(text), repr(text)
+        assert list(tok._bpe.encode(text)) == enc.encode_ordinary(text), repr(text)
+    assert tok.encode("'s\ud83d\ude00 1234", add_special=False).tolist() == enc.encode_ordinary("'s\ud83d\ude00 1234")
+    with pytest.raises(ValueError, match="lone surrogate at index 1"):
+        tok.encode("a\ud800b", add_special=False)
 
 
 def test_class_table_cache_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,18 +22,54 @@ llama.cpp aliases) and ``llama`` (SentencePiece: Llama 2, Phi-3, ...). Anything 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
 
+from lookupdec.errors import TokenFileError
 from lookupdec.tokenizer.errors import UnsupportedVocabError
 from lookupdec.tokenizer.vocab import ATTR_CONTROL, ATTR_LSTRIP, ATTR_RSTRIP, ATTR_UNKNOWN, Vocab
 
 __all__ = ["Tokenizer", "UnsupportedVocabError", "load_tokenizer"]
 
 _C_SPACE = " \t\n\v\f\r"  # C isspace() in the "C" locale: what llama.cpp's lstrip/rstrip eat
+_HEX = frozenset("0123456789abcdefABCDEF")
+# A surrogate that is not half of a pair (a high one not followed by a low one, a low one not
+# after a high one): no UTF-8 text holds one, so llama.cpp is never given one.
+_LONE_SURROGATE = re.compile("[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]")
+
+
+def _is_hex2(s: str) -> bool:
+    """Whether ``s`` is two hex digits (``int(s, 16)`` also takes ``" 1"``, ``"+1"``, ``"1_"``...)."""
+    return len(s) == 2 and s[0] in _HEX and s[1] in _HEX
+
+
+def _utf8_text(text: object, what: str) -> str:
+    """``text`` checked to be a str that UTF-8 can encode (what llama.cpp is given).
+
+    :class:`TypeError` for anything but a str (``None`` was a silent ``[BOS]``, bytes failed
+    deep inside); :class:`ValueError` naming the index of the first lone surrogate, which each
+    engine handled differently (tokenized as U+FFFD, UnicodeEncodeError, a ``tokenizers``
+    TypeError). A surrogate pair (a str built from UTF-16 halves) is its character, as
+    tiktoken reads it. ASCII and ordinary text pass with one check.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"{what} must be a str, not {type(text).__name__}")
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        return text
+    lone = _LONE_SURROGATE.search(text)
+    if lone is not None:
+        raise ValueError(f"{what} holds a lone surrogate at index {lone.start()} (not valid UTF-8)")
+    return text.encode("utf-16", "surrogatepass").decode("utf-16")  # joins the pairs
 
 
 class Tokenizer:
@@ -54,7 +90,10 @@ class Tokenizer:
         """Whether ``add_special`` puts EOS last (the vocabulary's ``add_eos_token``)."""
         if (self.add_bos and self.bos_id is None) or (self.add_eos and self.eos_id is None):
             raise UnsupportedVocabError(f"{self.path}: add_bos/add_eos is set but the vocabulary has no BOS/EOS id")
-        self._specials = vocab.special_tokens()
+        # A special token with empty text matches at every position: llama.cpp's partition would
+        # insert it again and again at the same place, and so did this one (without end, eating
+        # memory). No text can be split by it, so it is left out of the matching.
+        self._specials = [i for i in vocab.special_tokens() if vocab.tokens[i]]
         self._texts = [vocab.tokens[i] for i in self._specials]
         self._prefixes: dict[str, list[int]] = {}
         for k, text in enumerate(self._texts):
@@ -74,6 +113,8 @@ class Tokenizer:
             byte_ids: dict[int, int] = {}
             for i, (text, t) in enumerate(zip(vocab.tokens, vocab.types, strict=True)):
                 if t == 6 and len(text) == 6 and text.startswith("<0x") and text.endswith(">"):
+                    if not _is_hex2(text[3:5]):
+                        raise TokenFileError(self.path, f"byte token {i} is {text!r}, not <0xNN> with hex digits NN")
                     byte_ids[int(text[3:5], 16)] = i
             self._bpe = None
             self._spm = SpmModel(vocab.tokens, vocab.scores or [0.0] * vocab.n_vocab, byte_ids)
@@ -94,8 +135,12 @@ class Tokenizer:
     # llama_tokenize
 
     def encode(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> npt.NDArray[np.int32]:
-        """The ids llama.cpp's ``llama_tokenize(vocab, text, add_special, parse_special)`` gives."""
-        return self._encode(text, add_special, add_special, parse_special, first=True)
+        """The ids llama.cpp's ``llama_tokenize(vocab, text, add_special, parse_special)`` gives.
+
+        Raises :class:`TypeError` when ``text`` is not a ``str`` and :class:`ValueError` when it
+        holds a lone surrogate (no UTF-8 text, which is what llama.cpp tokenizes, can hold one).
+        """
+        return self._encode(_utf8_text(text, "text"), add_special, add_special, parse_special, first=True)
 
     def _encode(
         self, text: str, add_bos: bool, add_eos: bool, parse_special: bool, first: bool
@@ -143,6 +188,8 @@ class Tokenizer:
                 continue
             stext = self._texts[k]
             slen = len(stext)
+            if not slen:  # never in the list (see __init__): it would match at one place forever
+                continue
             new: list[str | int | tuple[int, int]] = []
             for frag in frags:
                 if not isinstance(frag, tuple):
@@ -276,7 +323,13 @@ class Tokenizer:
     def encode_chunks(
         self, chunks: list[str], *, add_special: bool = True, parse_special: bool = True
     ) -> npt.NDArray[np.int32]:
-        """Encode consecutive parts of one text (cut at :meth:`is_cut` points) as the whole text."""
+        """Encode consecutive parts of one text (cut at :meth:`is_cut` points) as the whole text.
+
+        Each chunk is checked as :meth:`encode` checks its text.
+        """
+        if isinstance(chunks, str):  # a str is a sequence of 1-character chunks: surely a mistake
+            raise TypeError("chunks must be a list of str, not a str")
+        chunks = [_utf8_text(chunk, f"chunks[{k}]") for k, chunk in enumerate(chunks)]
         parts = [
             self._encode(chunk, add_special and k == 0, add_special and k == len(chunks) - 1, parse_special, k == 0)
             for k, chunk in enumerate(chunks)
@@ -288,13 +341,14 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
     """Load the vocabulary of a ``.gguf`` file or a Hugging Face ``tokenizer.json`` (by content).
 
     Raises :class:`FileNotFoundError`, :class:`lookupdec.errors.TokenFileError` (not a readable
-    vocabulary, naming the file) or :class:`UnsupportedVocabError` (a tokenizer type or
+    vocabulary, or not a regular file, naming the file) or :class:`UnsupportedVocabError` (a tokenizer type or
     pre-tokenizer llama.cpp's tokenization is not reproduced for, naming it).
     """
+    from lookupdec.tokenizer._files import open_regular
     from lookupdec.tokenizer.vocab import vocab_from_gguf, vocab_from_tokenizer_json
 
     name = os.fspath(path)
-    with open(name, "rb") as f:
+    with open_regular(name) as f:  # a fifo or a device is refused before a byte is read
         magic = f.read(4)
     if magic == b"GGUF":
         return Tokenizer(vocab_from_gguf(name))

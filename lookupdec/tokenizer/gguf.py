@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from lookupdec.errors import TokenFileError
+from lookupdec.tokenizer._files import open_regular
 
 _SCALARS: dict[int, tuple[str, int]] = {
     0: ("<B", 1),  # uint8
@@ -53,6 +54,9 @@ _NUMPY: dict[int, str] = {
 }
 _STRING = 8
 _ARRAY = 9
+_MAX_DEPTH = 8
+"""Deepest nesting of arrays of arrays read: a 12-byte level each, a small file could otherwise
+nest thousands deep (a RecursionError, not a file error). llama.cpp's keys use none."""
 
 
 class _Cursor:
@@ -81,7 +85,8 @@ class _Cursor:
         self.pos += n
         return raw.decode("utf-8", errors="surrogateescape")
 
-    def value(self, vtype: int) -> Any:
+    def value(self, vtype: int, depth: int = 0) -> Any:
+        """The value of type ``vtype`` at the read position; ``depth`` counts the enclosing arrays."""
         if vtype in _SCALARS:
             fmt, size = _SCALARS[vtype]
             return self.unpack(fmt, size)
@@ -99,8 +104,10 @@ class _Cursor:
             if itype == _STRING:
                 return self._strings(count)
             if itype == _ARRAY:
+                if depth + 1 >= _MAX_DEPTH:
+                    raise TokenFileError(self.name, f"GGUF arrays nested more than {_MAX_DEPTH} deep", self.pos - 12)
                 self.need(12 * count)  # each at least its item type and count: bounds a bad count
-                return [self.value(_ARRAY) for _ in range(count)]
+                return [self.value(_ARRAY, depth + 1) for _ in range(count)]
             raise TokenFileError(self.name, f"unknown GGUF array item type {itype}", self.pos)
         raise TokenFileError(self.name, f"unknown GGUF value type {vtype}", self.pos)
 
@@ -156,7 +163,7 @@ class LazyStrings:
 
     def load(self) -> list[str]:
         """Decode the strings (opens the file again)."""
-        with open(self.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        with open_regular(self.path) as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             buf = memoryview(mm)
             try:
                 cur = _Cursor(mm, buf, self.path)
@@ -174,10 +181,10 @@ def read_gguf_kv(path: str | os.PathLike[str], lazy: frozenset[str] = frozenset(
 
     Raises :class:`TokenFileError` naming the file for anything that is not a readable GGUF
     header (bad magic, unsupported version, a cut-short file), :class:`FileNotFoundError` for a
-    missing file.
+    missing file; a fifo or a device is :class:`TokenFileError` too, before a byte is read.
     """
     name = os.fspath(path)
-    with open(name, "rb") as f:
+    with open_regular(name) as f:
         size = os.fstat(f.fileno()).st_size
         if size < 24:
             raise TokenFileError(name, f"not a GGUF file ({size} bytes is too short for a GGUF header)", 0)

@@ -29,6 +29,7 @@ import numpy.typing as npt
 from lookupdec._signals import worker_signals
 from lookupdec.errors import TokenFileError
 from lookupdec.tokenizer import Tokenizer
+from lookupdec.tokenizer._files import open_regular, regular_size
 
 DEFAULT_CHUNK_BYTES = 4 << 20
 """Bytes per chunk (a cut is searched in the second half of each window)."""
@@ -65,37 +66,45 @@ def chunk_ranges(path: str, tok: Tokenizer, chunk_bytes: int = DEFAULT_CHUNK_BYT
     after it (a long line), else the rest of the file. Only the bytes near candidate newlines
     are looked at; the text is never decoded here (the workers decode their own range).
     """
-    size = os.path.getsize(path)
-    if size == 0:
-        yield 0, 0
-        return
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        pos = 0
-        while size - pos > chunk_bytes:
-            cut = -1
-            nl = mm.rfind(b"\n", pos + chunk_bytes // 2, pos + chunk_bytes)
+    if chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
+    with open_regular(path) as f:  # a fifo or a device is refused (it blocked, or read forever)
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            yield 0, 0
+            return
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            yield from _cuts(mm, size, tok, chunk_bytes)
+
+
+def _cuts(mm: mmap.mmap, size: int, tok: Tokenizer, chunk_bytes: int) -> Iterator[tuple[int, int]]:
+    """The ranges of :func:`chunk_ranges` over the mapped file ``mm`` of ``size`` bytes."""
+    pos = 0
+    while size - pos > chunk_bytes:
+        cut = -1
+        nl = mm.rfind(b"\n", pos + chunk_bytes // 2, pos + chunk_bytes)
+        while nl >= 0 and cut < 0:
+            if is_cut_at(mm, nl + 1, tok):
+                cut = nl + 1
+            else:
+                nl = mm.rfind(b"\n", pos + chunk_bytes // 2, nl)
+        if cut < 0:
+            nl = mm.find(b"\n", pos + chunk_bytes)
             while nl >= 0 and cut < 0:
                 if is_cut_at(mm, nl + 1, tok):
                     cut = nl + 1
                 else:
-                    nl = mm.rfind(b"\n", pos + chunk_bytes // 2, nl)
-            if cut < 0:
-                nl = mm.find(b"\n", pos + chunk_bytes)
-                while nl >= 0 and cut < 0:
-                    if is_cut_at(mm, nl + 1, tok):
-                        cut = nl + 1
-                    else:
-                        nl = mm.find(b"\n", nl + 1)
-            if cut < 0:
-                break
-            yield pos, cut
-            pos = cut
-        yield pos, size
+                    nl = mm.find(b"\n", nl + 1)
+        if cut < 0:
+            break
+        yield pos, cut
+        pos = cut
+    yield pos, size
 
 
 def read_range(path: str, start: int, end: int) -> str:
     """The text of bytes ``[start, end)`` of ``path``; invalid UTF-8 is :class:`TokenFileError` with its file offset."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         f.seek(start)
         raw = f.read(end - start)
     try:
@@ -136,10 +145,12 @@ def iter_file_ids(
     """
     global _TOK
     name = os.fspath(path)
-    total = os.path.getsize(name)
+    total = regular_size(name)  # a fifo (read_range blocked) or a device (read as empty) is an error
     n_workers = workers if workers is not None else (os.cpu_count() or 1)
     if n_workers < 1:
         raise ValueError(f"workers must be >= 1, got {n_workers}")
+    if chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
     if add_special and tok.add_bos:
         assert tok.bos_id is not None
         yield np.array([tok.bos_id], dtype=np.int32)
