@@ -17,6 +17,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from perf._cli import positive_ints
+
 
 def _argmax(row: Any) -> int:
     return int(row.argmax())
@@ -91,7 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.batch < 2 or args.tokens < 2:
         ap.error("--batch and --tokens must be at least 2")
-    for threads in (int(t) for t in args.threads.split(",")):
+    try:
+        thread_counts = positive_ints(args.threads)
+    except argparse.ArgumentTypeError as e:
+        ap.error(f"--threads: {e}")
+    for threads in thread_counts:
         try:
             found = check(threads, args.batch, args.tokens, args.model)
         except (FileNotFoundError, ImportError) as e:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from perf._cli import InputError
 from perf.peers import Generation, VllmNgram
 
 VLLM_NGRAM: Final = "vllm-ngram/2-5"
@@ -56,14 +57,19 @@ class Counts(Generation):
 
 
 def read_outputs(path: Path) -> list[tuple[list[int], list[int]]]:
-    """(prompt, output) per request from a ``--save-outputs`` file; a clear error naming the file otherwise."""
+    """(prompt, output) per request from a ``--save-outputs`` file.
+
+    Raises :class:`perf._cli.InputError` naming the file when it is missing or not such a file.
+    """
     try:
         data = json.loads(path.read_text())
         pairs = [([int(t) for t in r["prompt"]], [int(t) for t in r["output"]]) for r in data["requests"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise SystemExit(f"{path}: not a perf vllm-speedup --save-outputs file ({e})") from None
+    except OSError as e:
+        raise InputError(f"{path}: {e.strerror or e}") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise InputError(f"{path}: not a perf vllm-speedup --save-outputs file ({e})") from None
     if not pairs or any(not p or not o for p, o in pairs):
-        raise SystemExit(f"{path}: no requests, or a request with an empty prompt or output")
+        raise InputError(f"{path}: no requests, or a request with an empty prompt or output")
     return pairs
 
 
@@ -167,7 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(r < 1 for r in rows) or args.k < 1 or any(not 0.0 <= t <= 1.0 for t in thresholds):
         p.error("--rows and --k must be >= 1, --thresholds in [0, 1]")
     impl = importlib.import_module("lookupdec.fast" if args.impl == "fast" else "lookupdec.reference")
-    pairs = read_outputs(args.outputs)
+    try:
+        pairs = read_outputs(args.outputs)
+    except InputError as e:
+        p.error(str(e))
     table = []
     print(f"{len(pairs)} requests, {sum(len(o) for _, o in pairs)} output tokens, k = {args.k}, {args.impl}")
     print(f"{'drafter':<16} {'rows':>4} {'tokens/step':>12} {'drafted/step':>13} {'accepted':>9} {'us/step':>8}")

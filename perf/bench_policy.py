@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from perf import grounded_data
+from perf._cli import positive_int
 from perf._common import N_CTX, N_DRAFT, REPLAY_FILE, STATIC_FILE, data_dir
 
 SETS = ("wikitext", "heldout")
@@ -229,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=DEFAULT_WORK,
         help=f"where the code set's sdists and pairs are kept (default: {DEFAULT_WORK}; downloads 6 MB once)",
     )
-    p.add_argument("--repeats", type=int, default=3, help="replays per policy (interleaved); median time")
+    p.add_argument("--repeats", type=positive_int, default=3, help="replays per policy (interleaved); median time")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--cache-dir", metavar="DIR", help="where the static index files are kept (default: a temp dir)")
     p.add_argument(
@@ -239,7 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--branches", metavar="N,...", default="", help="also the hybrid policy's tree drafts of up to N branches"
     )
     p.add_argument("--trees", metavar="A,B", help="compare built checkouts side by side (see above)")
-    p.add_argument("--rounds", type=int, default=4, help="with --trees: processes per tree, interleaved (default 4)")
+    p.add_argument(
+        "--rounds", type=positive_int, default=4, help="with --trees: processes per tree, interleaved (default 4)"
+    )
     p.add_argument(
         "--drafts-may-differ",
         action="store_true",
@@ -251,6 +254,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in sets:
         if name not in ALL_SETS:
             p.error(f"unknown set {name!r} (known: {', '.join(ALL_SETS)})")
+    # checked before --trees hands them on to each tree's process, and before any index is built
+    try:
+        branches = [int(b) for b in args.branches.split(",") if b]
+    except ValueError:
+        p.error(f"--branches: expected comma-separated whole numbers, got {args.branches!r}")
+    if any(b < 2 for b in branches):
+        p.error(f"--branches {args.branches}: tree drafts have at least 2 branches (1 is the hybrid policy's row)")
     if args.trees:
         trees = args.trees.split(",")
         cache = Path(args.cache_dir) if args.cache_dir else Path(tempfile.mkdtemp(prefix="lookupdec-policy-"))
@@ -274,9 +284,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     cache = Path(args.cache_dir) if args.cache_dir else Path(tempfile.mkdtemp(prefix="lookupdec-policy-"))
     cache.mkdir(parents=True, exist_ok=True)
-    branches = [int(b) for b in args.branches.split(",") if b]
-    if any(b < 2 for b in branches):
-        p.error(f"--branches {args.branches}: tree drafts have at least 2 branches (1 is the hybrid policy's row)")
     rows: list[dict[str, Any]] = []
     for name in sets:
         try:

@@ -19,12 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import pyperf
+from perf._cli import InputError, load_pyperf_suite
 
 
 def load_suite(path: str | Path) -> Any:
-    """A pyperf BenchmarkSuite from a stored JSON file (a single Benchmark file is wrapped)."""
-    return pyperf.BenchmarkSuite.load(str(path))
+    """A pyperf BenchmarkSuite from a stored JSON file (a single Benchmark file is wrapped).
+
+    Raises :class:`perf._cli.InputError` naming the file when it is missing or not pyperf's.
+    """
+    return load_pyperf_suite(path)
 
 
 def _fmt(bench: Any, value: float) -> str:
@@ -148,9 +151,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--impls", action="store_true", help="compare X@reference with X@fast within one file")
     p.add_argument("--no-pyperf", action="store_true", help="skip pyperf compare_to's own table")
     args = p.parse_args(argv)
+    try:
+        # every file is read before anything is printed: a bad one ends with one line, no half table
+        suites = [load_suite(f) for f in args.files]
+    except InputError as e:
+        p.error(str(e))
     if args.impls:
-        for f in args.files:
-            rows = impl_pairs(load_suite(f))
+        for f, suite in zip(args.files, suites, strict=True):
+            rows = impl_pairs(suite)
             print(f"{f}: A = reference, B = fast")
             if not rows:
                 print("  no benchmark ran with both implementations")
@@ -164,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("$ " + " ".join(cmd[1:]))
         subprocess.run(cmd, check=False)
         print()
-    rows = compare_suites(load_suite(a_path), load_suite(b_path))
+    rows = compare_suites(*suites)
     print(f"A = {a_path}, B = {b_path}")
     if not rows:
         print("no benchmark in common")

@@ -53,6 +53,7 @@ from typing import Any, Final
 import numpy as np
 
 from perf import anchors
+from perf._cli import corpus_sizes, nonnegative_int, positive_int
 from perf._common import REPLAY_FILE, data_dir
 from perf.create_scale import make_corpus
 
@@ -278,21 +279,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line: see the module docstring."""
     ap = argparse.ArgumentParser(prog="python -m perf fork", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    ap.add_argument("--sizes", default="4M,25,100,541", help="corpus sizes: NM = N million tokens, N = N MB of text")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    ap.add_argument("--warmup", type=int, default=1, help="uncounted first rounds (default 1)")
+    ap.add_argument(
+        "--sizes",
+        type=corpus_sizes,
+        default="4M,25,100,541",
+        help="corpus sizes: NM = N million tokens, N = N MB of text",
+    )
+    ap.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds (default 3)")
+    ap.add_argument("--warmup", type=nonnegative_int, default=1, help="uncounted first rounds (default 1)")
     ap.add_argument("--only", default=",".join(OPERATIONS), help=f"operations to run (default {','.join(OPERATIONS)})")
     ap.add_argument("--work", type=Path, help="folder keeping corpora and caches between runs (default: temporary)")
-    ap.add_argument("--replay-tokens", type=int, default=0, help="replay only this prefix (default: all 289,076)")
-    ap.add_argument("--merge-tokens", type=int, default=1_000_000, help="tokens per dynamic cache (default 1M)")
-    ap.add_argument("--open-repeat", type=int, default=5, help="opens per open measurement (median; default 5)")
+    ap.add_argument(
+        "--replay-tokens", type=nonnegative_int, default=0, help="replay only this prefix (default: all 289,076)"
+    )
+    ap.add_argument(
+        "--merge-tokens", type=positive_int, default=1_000_000, help="tokens per dynamic cache (default 1M)"
+    )
+    ap.add_argument(
+        "--open-repeat", type=positive_int, default=5, help="opens per open measurement (median; default 5)"
+    )
     ap.add_argument("--quick", action="store_true", help="small: 1M tokens, 2 rounds, 40k replay, 100k-token merges")
     ap.add_argument("--json", type=Path, help="write rows and summary as JSON here")
     args = ap.parse_args(argv)
     if args.quick:
-        args.sizes, args.rounds = "1M", 2
+        args.sizes, args.rounds = ["1M"], 2
         args.replay_tokens, args.merge_tokens = args.replay_tokens or 40_000, min(args.merge_tokens, 100_000)
-    sizes = args.sizes.split(",")
+    sizes = args.sizes  # a list: argparse's corpus_sizes also splits the default
     ops = [op for op in args.only.split(",") if op]
     bad = [op for op in ops if op not in OPERATIONS]
     if bad:

@@ -32,6 +32,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
 
+from perf._cli import InputError, nonnegative_float, nonnegative_int, positive_float
+
 MIN_SPEEDUP: Final = 15.0
 """THE threshold: the fast path must replay at least this many times faster than the reference.
 
@@ -332,20 +334,24 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p = parser or argparse.ArgumentParser(prog="python -m perf gate", description=__doc__.splitlines()[0])
     p.add_argument("--fast", action="store_true", help="the quick CI workload (the default)")
     p.add_argument("--full", action="store_true", help="longer workloads (more chunks, a bigger static corpus)")
-    p.add_argument("--min-speedup", type=float, default=None, help=f"threshold (default {MIN_SPEEDUP:g}x)")
+    p.add_argument("--min-speedup", type=positive_float, default=None, help=f"threshold (default {MIN_SPEEDUP:g}x)")
     p.add_argument("--allow-interpreted", action="store_true", help="measure an uncompiled fast path anyway")
     p.add_argument("--allow-missing", action="store_true", help="pass (skipped) when there is no fast path at all")
     p.add_argument("--report-only", action="store_true", help="print the measurements, never fail on speed")
-    p.add_argument("--rounds", type=int, default=0, help="interleaved rounds (default 5, --full 7)")
-    p.add_argument("--n-ctx", type=int, default=0, help="chunk length (default 4096)")
-    p.add_argument("--chunks", type=int, default=0, help="chunks replayed per round")
-    p.add_argument("--warm-chunks", type=int, default=None, help="chunks fed to the dynamic cache first")
-    p.add_argument("--static-tokens", type=int, default=None, help="static corpus prefix (0: no static workload)")
+    p.add_argument("--rounds", type=nonnegative_int, default=0, help="interleaved rounds (default 5, --full 7)")
+    p.add_argument("--n-ctx", type=nonnegative_int, default=0, help="chunk length (default 4096)")
+    p.add_argument("--chunks", type=nonnegative_int, default=0, help="chunks replayed per round")
+    p.add_argument("--warm-chunks", type=nonnegative_int, default=None, help="chunks fed to the dynamic cache first")
+    p.add_argument(
+        "--static-tokens", type=nonnegative_int, default=None, help="static corpus prefix (0: no static workload)"
+    )
     p.add_argument("--data", default=None, help="token files directory (default: ../shared/data)")
     p.add_argument("--synthetic", action="store_true", help="use the seeded synthetic corpus")
     p.add_argument("--base", type=Path, help="head-vs-base mode: the base's stored results (pyperf JSON)")
     p.add_argument("--head", type=Path, help="head-vs-base mode: the head's stored results")
-    p.add_argument("--tolerance", type=float, default=None, help=f"allowed slowdown (default {MAX_SLOWDOWN})")
+    p.add_argument(
+        "--tolerance", type=nonnegative_float, default=None, help=f"allowed slowdown (default {MAX_SLOWDOWN})"
+    )
     # Test hooks (used by tests/test_perf_gate.py to prove the gate goes red):
     p.add_argument("--candidate", default="fast", choices=("fast", "reference"), help=argparse.SUPPRESS)
     p.add_argument("--inject-slowdown", default="", metavar="SIDE:FACTOR", help=argparse.SUPPRESS)
@@ -353,12 +359,17 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run ``python -m perf gate``; return the exit status."""
+    p = build_parser()
+    args = p.parse_args(argv)
     if (args.base is None) != (args.head is None):
         print("--base and --head go together", file=sys.stderr)
         return EXIT_CANNOT_MEASURE
     if args.base is not None:
-        return run_head_vs_base(args)
+        try:
+            return run_head_vs_base(args)
+        except InputError as e:
+            p.error(str(e))
     return run_ratio_gate(args)
 
 

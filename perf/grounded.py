@@ -51,6 +51,9 @@ engine's own cost), noisy on a shared machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
+import io
 import json
 import sys
 import tempfile
@@ -61,9 +64,10 @@ from pathlib import Path
 from typing import Any
 
 from perf import peers
+from perf._cli import MATPLOTLIB_MISSING, InputError, positive_int, read_json
 from perf._common import STATIC_FILE, data_dir
 from perf.bench_policy import read_tokens, static_index
-from perf.grounded_data import build_pairs, load_sample
+from perf.grounded_data import GroundedDataError, build_pairs, load_sample
 from perf.oracle import Judged, OracleDrafter, Shortfall, SpanOracle
 from perf.peers import Generation, PeerDrafter, PeerUnavailable, teacher_force
 
@@ -465,7 +469,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--k", default="8", help="comma-separated n_draft values, each drafter runs at each (default 8)")
     p.add_argument("--kinds", default="code,docs", help="pair kinds to run (default code,docs)")
-    p.add_argument("--max-tokens", type=int, default=16384, help="longest prompt + output kept (perf.grounded_data)")
+    p.add_argument(
+        "--max-tokens", type=positive_int, default=16384, help="longest prompt + output kept (perf.grounded_data)"
+    )
     p.add_argument("--cache-dir", metavar="DIR", help="where the static index is kept (default: a temp dir)")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--plot", metavar="PNG", help="also plot tokens/step against wasted/step per drafter")
@@ -483,13 +489,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--from-json", metavar="PATH", help="print (and plot) stored rows instead of running")
     args = p.parse_args(argv)
+    # a plot is drawn at the end: without matplotlib, say so before the run rather than after it
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        p.error(f"--plot: {MATPLOTLIB_MISSING}")
     if args.from_json:
-        rows = json.loads(Path(args.from_json).read_text())
-        print_table(rows)
-        print_matched(rows)
+        try:
+            rows = read_json(args.from_json)
+        except InputError as e:
+            p.error(f"--from-json {e}")
+        # printed into a buffer first: rows of another shape end with one line, not half a table
+        out = io.StringIO()
+        try:
+            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+                raise TypeError("not a list of rows")
+            with contextlib.redirect_stdout(out):
+                print_table(rows)
+                print_matched(rows)
+        except (KeyError, TypeError, ValueError, IndexError, StopIteration, ZeroDivisionError) as e:
+            p.error(f"--from-json {args.from_json}: not rows written by --json ({type(e).__name__}: {e})")
+        sys.stdout.write(out.getvalue())
         if args.plot:
             plot(rows, Path(args.plot))
         return 0
+    if not args.sample and not args.work:
+        p.error("give --sample or --work DIR (or --from-json PATH)")
     names = [x for x in args.drafters.split(",") if x]
     for name in names:
         if name not in DRAFTERS and fixed_threshold(name) is None:
@@ -502,7 +525,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--k takes comma-separated integers, got {args.k!r}")
     if not ks or min(ks) < 1:
         p.error("--k needs at least one value >= 1")
-    pairs = load_sample() if args.sample else build_pairs(Path(args.work), max_tokens=args.max_tokens)
+    try:
+        pairs = load_sample() if args.sample else build_pairs(Path(args.work), max_tokens=args.max_tokens)
+    except GroundedDataError as e:
+        p.error(f"--sample: {e}" if args.sample else f"--work {args.work}: {e}")
     kinds = {x for x in args.kinds.split(",") if x}
     pairs = [x for x in pairs if x.kind in kinds]
     if not pairs:

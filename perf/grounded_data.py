@@ -58,6 +58,8 @@ from typing import TYPE_CHECKING, Final, Literal, TypedDict, cast
 
 import numpy as np
 
+from perf._cli import positive_int
+
 if TYPE_CHECKING:
     from lookupdec.tokenizer import Tokenizer
 
@@ -838,7 +840,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-tokens",
-        type=int,
+        type=positive_int,
         default=DEFAULT_MAX_TOKENS,
         help="keep a pair when prompt + output have at most this many tokens (default: %(default)s)",
     )

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from perf._cli import positive_int
+
 
 class HistoryError(Exception):
     """A history or comparison file that cannot be used, with the file and what is wrong."""
@@ -143,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pl = sub.add_parser("plot", help="plot a history file")
     pl.add_argument("history", type=Path)
     pl.add_argument("-o", "--output", type=Path, required=True, help="directory for history.png and history.md")
-    pl.add_argument("--last", type=int, default=20, help="records in the markdown table (default 20)")
+    pl.add_argument("--last", type=positive_int, default=20, help="records in the markdown table (default 20)")
     args = p.parse_args(argv)
     try:
         if args.command == "add":

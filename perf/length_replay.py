@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from perf._cli import positive_int
+
 REPO: Final = Path(__file__).resolve().parent.parent
 DRAFTERS: Final = ("llama", "hybrid")
 
@@ -173,13 +175,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "windows: speedup over plain greedy and tokens per step, per drafter and text.",
     )
     p.add_argument("--curve", required=True, help="verify cost, ms for 1..k+1 tokens, comma-separated")
-    p.add_argument("--k", type=int, default=None, help="the longest draft (default: the curve's length - 1)")
+    p.add_argument("--k", type=positive_int, default=None, help="the longest draft (default: the curve's length - 1)")
     p.add_argument("--drafters", default=",".join(DRAFTERS), help="comma-separated from llama, hybrid")
     p.add_argument("--texts", default="wikitext,code,edits", help="comma-separated from wikitext, code, edits")
-    p.add_argument("--prompts", type=int, default=3, help="windows per text (default: 3, perf speedup's)")
-    p.add_argument("--context", type=int, default=512, help="prompt tokens of a window (default: 512)")
-    p.add_argument("--new-tokens", type=int, default=64, help="tokens generated per window (default: 64)")
-    p.add_argument("--rounds", type=int, default=2, help="rounds over the windows (default: 2)")
+    p.add_argument("--prompts", type=positive_int, default=3, help="windows per text (default: 3, perf speedup's)")
+    p.add_argument("--context", type=positive_int, default=512, help="prompt tokens of a window (default: 512)")
+    p.add_argument("--new-tokens", type=positive_int, default=64, help="tokens generated per window (default: 64)")
+    p.add_argument("--rounds", type=positive_int, default=2, help="rounds over the windows (default: 2)")
     p.add_argument(
         "--grounded-work", type=Path,
         help="perf grounded-data's folder: the edits from all its pairs, the code from its releases' .py files "
@@ -192,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "or saves on this curve",
     )  # fmt: skip
     p.add_argument(
-        "--orders", type=int, default=1,
+        "--orders", type=positive_int, default=1,
         help="replay N orders of the windows: perf speedup's, then N - 1 seeded shuffles (texts mixed); "
         "report means over them (default: 1)",
     )  # fmt: skip
@@ -212,8 +214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         curve = [float(x) for x in args.curve.split(",")]
     except ValueError:
         p.error(f"--curve: expected milliseconds separated by commas, got {args.curve!r}")
-    if len(curve) < 2 or min(curve) <= 0:
-        p.error("--curve: give at least 2 positive costs (1 and 2 tokens)")
+    # not `min(curve) <= 0` alone: nan compares false with everything, and inf breaks the clock
+    if len(curve) < 2 or not all(math.isfinite(c) and c > 0 for c in curve):
+        p.error(f"--curve: give at least 2 positive costs (1 and 2 tokens), each finite, got {args.curve!r}")
     k = args.k if args.k is not None else len(curve) - 1
     if not 1 <= k <= len(curve) - 1:
         p.error(f"--k {k}: the curve gives costs for k up to {len(curve) - 1}")
@@ -221,10 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bad := [d for d in drafters if d not in DRAFTERS]:
         p.error(f"--drafters: unknown {', '.join(bad)} (choose from {', '.join(DRAFTERS)})")
 
-    if args.orders < 1:
-        p.error("--orders: at least 1")
-
     from lookupdec.adapters import DraftLength
+    from perf.grounded_data import GroundedDataError
     from perf.speedup import teacher_forced_workloads
 
     variants: dict[str, tuple[str, Controller]] = {}
@@ -241,6 +242,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as e:
         p.error(str(e))
+    except OSError as e:  # the token files of ../shared/data, or --grounded-work's
+        hint = "" if args.grounded_work else " (the shared data folder: set LOOKUPDEC_DATA)"
+        p.error(f"{e.filename or e}: {e.strerror or e}{hint}")
+    except GroundedDataError as e:
+        p.error(f"--grounded-work {args.grounded_work}: {e}" if args.grounded_work else str(e))
+    # a text shorter than a window gives empty windows: nothing generated, no speedup to divide
+    if short := [w.name for w in workloads if not w.truth or any(len(t) < args.new_tokens for t in w.truth)]:
+        p.error(f"--context {args.context} + --new-tokens {args.new_tokens}: longer than the {', '.join(short)} text")
     runs = [replay(curve, k, workloads, variants, args.rounds, seed, (n_burst, factor)) for seed in range(args.orders)]
     texts = [w.name for w in workloads]
     slower = f", the first {n_burst} windows {factor}x slower" if n_burst else ""

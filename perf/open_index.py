@@ -33,6 +33,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from perf._cli import corpus_sizes, positive_int
 from perf._common import data_dir
 from perf.mapped_static import build_indexes
 
@@ -102,30 +103,43 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the arguments, run the rounds, print the table (and write ``--json``)."""
     ap = argparse.ArgumentParser(prog="python -m perf open", description=__doc__.split("\n\n")[0])
     ap.add_argument("--index", action="append", default=[], help="an index file (repeatable)")
-    ap.add_argument("--sizes", help="corpus sizes to build indexes for, e.g. 4M,25,100,541,764")
+    ap.add_argument("--sizes", type=corpus_sizes, help="corpus sizes to build indexes for, e.g. 4M,25,100,541,764")
     ap.add_argument("--work", type=Path, default=ROOT / "results" / "corpora", help="where --sizes' files are kept")
     ap.add_argument("--tree", action="append", default=[], help="another checkout to compare (built in place)")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--opens", type=int, default=50, help="steady opens per process (default 50)")
+    ap.add_argument("--rounds", type=positive_int, default=5)
+    ap.add_argument("--opens", type=positive_int, default=50, help="steady opens per process (default 50)")
     ap.add_argument("--data", type=Path, help="the shared data folder (default: ../shared/data)")
     ap.add_argument("--json", type=Path, help="write every round's results here")
     args = ap.parse_args(argv)
     replay = (args.data or data_dir()) / "wiki.test.raw.llama3.bin"
-    if not replay.exists():
-        raise SystemExit(f"{replay}: the replay text is missing (give --data)")
+    # the arguments are checked before any index is built: that can take minutes
+    if missing := [ix for ix in args.index if not Path(ix).is_file()]:
+        ap.error(f"--index {missing[0]}: no such file")
+    if bad_trees := [t for t in args.tree if not Path(t).is_dir()]:
+        ap.error(f"--tree {bad_trees[0]}: no such folder")
+    if not args.index and not args.sizes:
+        ap.error("nothing to open: give --index FILE or --sizes")
+    if not replay.is_file():
+        ap.error(f"{replay}: the replay text is missing (give --data)")
     indexes = list(args.index)
     if args.sizes:
-        args.work.mkdir(parents=True, exist_ok=True)
-        indexes += build_indexes(args.sizes.split(","), args.work, str(ROOT))
-    if not indexes:
-        raise SystemExit("nothing to open: give --index FILE or --sizes")
+        try:
+            args.work.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            ap.error(f"--work {args.work}: {e.strerror or e}")
+        indexes += build_indexes(args.sizes, args.work, str(ROOT))
     trees = [str(ROOT)] + [str(Path(t).resolve()) for t in args.tree]
     jobs = [(t, ix) for ix in indexes for t in trees]
     rows: list[dict[str, object]] = []
     for r in range(args.rounds):
         k = r % len(jobs)
         for tree, index in jobs[k:] + jobs[:k]:
-            res = run_child(tree, index, replay, args.opens)
+            try:
+                res = run_child(tree, index, replay, args.opens)
+            except subprocess.CalledProcessError as e:
+                # a file that is no index (or of another format version): the child's own last line says why
+                why = (e.stderr or "").strip().splitlines()[-1:] or [f"exit code {e.returncode}"]
+                ap.error(f"{index}: cannot be opened (tree {tree}): {why[0]}")
             rows.append({"round": r, "tree": tree, "index": index, **res})
             print(
                 f"round {r} {Path(index).name:<22} {Path(tree).name:<12} open {res['open_us']:7.1f} us  "

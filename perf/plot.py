@@ -27,11 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
+from perf._cli import MATPLOTLIB_MISSING, InputError, load_pyperf_suite
 from perf._common import REPO
 
 ANCHORS = REPO / "perf" / "anchors.csv"
@@ -68,12 +64,34 @@ class Series:
         return statistics.median(v), min(v), max(v)
 
 
-def load_series(paths: Iterable[Path]) -> dict[str, Series]:
-    import pyperf
+class MatplotlibMissing(Exception):
+    """A plot was asked for and matplotlib (the optional ``perf`` extra) is not installed."""
 
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend, imported on first use.
+
+    Not at module level: ``perf table`` needs only :func:`load_series`, and ``--help`` must work
+    without the optional extra. Raises :class:`MatplotlibMissing` when it is not installed.
+    """
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        raise MatplotlibMissing(MATPLOTLIB_MISSING) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def load_series(paths: Iterable[Path]) -> dict[str, Series]:
+    """Every benchmark of the pyperf results files, merged by name.
+
+    Raises :class:`perf._cli.InputError` naming a file that is missing or not pyperf's.
+    """
     out: dict[str, Series] = {}
     for path in paths:
-        for bench in pyperf.BenchmarkSuite.load(str(path)).get_benchmarks():
+        for bench in load_pyperf_suite(path).get_benchmarks():
             name = bench.get_name()
             s = out.setdefault(name, Series(name, dict(bench.get_metadata())))
             s.values.extend(bench.get_values())
@@ -119,6 +137,7 @@ def plot_draft(series: dict[str, Series], anchors: list[dict[str, str]], out: Pa
     draft = [s for s in series.values() if s.metadata.get("concern") == "draft"]
     if not draft:
         return None
+    plt = pyplot()
     fig, (ax0, ax) = plt.subplots(1, 2, figsize=(11, 5.5), gridspec_kw={"width_ratios": [1, 4]}, sharey=True)
     by_impl: dict[str, list[Series]] = defaultdict(list)
     for s in draft:
@@ -187,6 +206,7 @@ def plot_open(series: dict[str, Series], anchors: list[dict[str, str]], out: Pat
     opens = [s for s in series.values() if s.metadata.get("concern") == "static-open"]
     if not opens:
         return None
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 6))
     groups: dict[tuple[str, str], list[Series]] = defaultdict(list)
     for s in opens:
@@ -231,6 +251,7 @@ def plot_memory(series: dict[str, Series], anchors: list[dict[str, str]], out: P
     opens = [s for s in series.values() if s.metadata.get("concern") == "static-open"]
     if not opens:
         return None
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 6))
     groups: dict[tuple[str, str], list[Series]] = defaultdict(list)
     xs_seen: list[float] = []
@@ -288,6 +309,7 @@ def plot_create(series: dict[str, Series], anchors: list[dict[str, str]], out: P
     create = [s for s in series.values() if s.metadata.get("concern") == "create"]
     if not create:
         return None
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     by_impl: dict[str, list[Series]] = defaultdict(list)
     for s in create:
@@ -334,9 +356,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("-o", "--output", type=Path, default=REPO / "results" / "plots", help="folder for the PNGs")
     p.add_argument("--anchors", type=Path, default=ANCHORS, help="anchor CSV (default perf/anchors.csv)")
     args = p.parse_args(argv)
-    series = load_series(args.files)
-    anchors = load_anchors(args.anchors)
-    args.output.mkdir(parents=True, exist_ok=True)
+    try:
+        pyplot()  # every run of this command draws: say so before reading anything
+        series = load_series(args.files)
+    except (MatplotlibMissing, InputError) as e:
+        p.error(str(e))
+    try:
+        anchors = load_anchors(args.anchors)
+    except (OSError, UnicodeDecodeError, csv.Error, KeyError) as e:  # KeyError: a CSV without our columns
+        p.error(f"--anchors {args.anchors}: not an anchors CSV ({type(e).__name__}: {e})")
+    try:
+        args.output.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        p.error(f"--output {args.output}: {e.strerror or e}")
     written = [
         path
         for plot in (plot_draft, plot_open, plot_memory, plot_create)

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from perf._cli import nonnegative_int, positive_int
 from perf._common import IMPLS, REPO, RESULTS
 
 
@@ -87,8 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m perf profile", description=__doc__.splitlines()[0])
     p.add_argument("--impl", action="append", choices=IMPLS, help="implementation (repeatable; default: both)")
     p.add_argument("-o", "--output", type=Path, default=RESULTS / "profile", help="output folder")
-    p.add_argument("--tokens", type=int, default=4 * 4096 + 1, help="replay this many tokens (default 4 chunks)")
-    p.add_argument("--static-tokens", type=int, default=250_000, help="static corpus prefix (0: none)")
+    p.add_argument(
+        "--tokens", type=positive_int, default=4 * 4096 + 1, help="replay this many tokens (default 4 chunks)"
+    )
+    p.add_argument("--static-tokens", type=nonnegative_int, default=250_000, help="static corpus prefix (0: none)")
     p.add_argument("--synthetic", action="store_true", help="use the seeded synthetic corpus")
     p.add_argument("--data", default=None, help="token files directory (default: ../shared/data)")
     args = p.parse_args(argv)

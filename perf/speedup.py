@@ -87,6 +87,7 @@ from typing import Any, Final
 import numpy as np
 
 import lookupdec
+from perf._cli import positive_int, positive_ints
 from perf._common import REPO, data_dir
 from perf.grounded_data import GroundedDataError
 
@@ -889,17 +890,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--k", default="4,8", help="draft lengths, comma-separated (default: 4,8)")
     p.add_argument("--drafters", default=None, help="comma-separated (default: every drafter of the engine)")
-    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds (default: 2)")
+    p.add_argument("--rounds", type=positive_int, default=2, help="interleaved rounds (default: 2)")
     p.add_argument(
         "--prompts",
-        type=int,
+        type=int,  # checked below, where the limit depends on --model
         default=None,
         help=f"teacher-forced windows per text (default: 3); with a trained model (smollm2, gemma3), task prompts "
         f"(default: 4, the first set; up to {4 * TASK_SETS}: the four tasks on other material)",
     )
-    p.add_argument("--context", type=int, default=512, help="teacher-forced prompt tokens (default: 512)")
-    p.add_argument("--new-tokens", type=int, default=128, help="tokens generated per prompt (default: 128)")
-    p.add_argument("--threads", type=int, default=None, help="torch / llama.cpp threads (default: the engine's)")
+    p.add_argument("--context", type=positive_int, default=512, help="teacher-forced prompt tokens (default: 512)")
+    p.add_argument("--new-tokens", type=positive_int, default=128, help="tokens generated per prompt (default: 128)")
+    p.add_argument(
+        "--threads", type=positive_int, default=None, help="torch / llama.cpp threads (default: the engine's)"
+    )
     p.add_argument(
         "--dtype", choices=DTYPES, default="float32", help="transformers: the weights' type (default: float32)"
     )
@@ -933,7 +936,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.model, args.k, args.rounds, args.prompts, args.new_tokens, args.context = "small", "4", 1, 1, 48, 256
-    ks = [int(x) for x in args.k.split(",")]
+    try:
+        ks = positive_ints(args.k)
+    except argparse.ArgumentTypeError as e:
+        p.error(f"--k: {e}")
     try:
         args.burst = tuple(float(x) for x in args.burst.split(","))
         if len(args.burst) != 2 or min(args.burst) < 0:

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from perf._cli import InputError
 from perf._common import size_label
 from perf.plot import Series, load_series
 
@@ -32,7 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m perf table", description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="+", type=Path)
     args = p.parse_args(argv)
-    series = load_series(args.files)
+    try:
+        series = load_series(args.files)
+    except InputError as e:
+        p.error(str(e))
     draft = [s for s in series.values() if s.metadata.get("concern") == "draft"]
     sizes = sorted({int(s.metadata.get("static_tokens", 0)) for s in draft})
     if not sizes:

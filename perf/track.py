@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from perf._cli import nonnegative_float, nonnegative_int
 from perf.gate import EXIT_CANNOT_MEASURE, EXIT_FAIL, EXIT_PASS, MAX_SLOWDOWN
 
 REPO: Final = Path(__file__).resolve().parents[1]
@@ -322,11 +323,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bench", default=",".join(SCRIPTS), help=f"benchmark scripts (default: {','.join(SCRIPTS)})")
     p.add_argument("--benchmarks", default="", help="comma-separated benchmark name prefixes, e.g. draft,update")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per side (default 3)")
-    p.add_argument("--values", type=int, default=0, help="pyperf values per round (default 3)")
+    p.add_argument("--values", type=nonnegative_int, default=0, help="pyperf values per round (default 3)")
     p.add_argument("--workload", choices=("fast", "full"), default="fast", help="input sizes (default: fast)")
     p.add_argument("-o", "--output", type=Path, default=DEFAULT_OUT, help="directory for the results")
     p.add_argument("--envs", type=Path, default=None, help="where built environments are kept (default: OUTPUT/envs)")
-    p.add_argument("--tolerance", type=float, default=None, help=f"allowed slowdown (default {MAX_SLOWDOWN:g})")
+    p.add_argument(
+        "--tolerance", type=nonnegative_float, default=None, help=f"allowed slowdown (default {MAX_SLOWDOWN:g})"
+    )
     p.add_argument("--data", default=None, help="token files directory (default: ../shared/data)")
     p.add_argument("--synthetic", action="store_true", help="use the seeded synthetic corpus")
     p.add_argument("--runner", default="", help="name of this machine in compare.json (default: system-arch)")

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from lookupdec.rules import MAX_TARGET_WASTE, check_target_waste
+from perf._cli import nonnegative_int, positive_int, positive_ints
 
 if TYPE_CHECKING:
     from perf.speedup import Run
@@ -398,10 +399,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "hybrid policy with 2 MB of enwiki_wt.10M.txt in its history, tokenized with the model's tokenizer)",
     )
     p.add_argument("--k", default="4", help="num_speculative_tokens, comma-separated (default: 4)")
-    p.add_argument("--rounds", type=int, default=2, help="rounds, a worker process per config each (default: 2)")
-    p.add_argument("--new-tokens", type=int, default=128, help="tokens generated per prompt (default: 128)")
+    p.add_argument(
+        "--rounds", type=positive_int, default=2, help="rounds, a worker process per config each (default: 2)"
+    )
+    p.add_argument("--new-tokens", type=positive_int, default=128, help="tokens generated per prompt (default: 128)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="the model's type in vLLM")
-    p.add_argument("--threads", type=int, default=0, help="worker threads, on cores 0..N-1 (default: all)")
+    p.add_argument("--threads", type=nonnegative_int, default=0, help="worker threads, on cores 0..N-1 (default: all)")
     p.add_argument(
         "--batch",
         action="store_true",
@@ -461,7 +464,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--max-seqs must be >= 0")
     if not Path(args.python).is_file():
         p.error(f"--python {args.python}: no such file (build the vLLM environment as .ci/run does)")
-    ks = [int(x) for x in args.k.split(",")]
+    try:
+        ks = positive_ints(args.k)
+    except argparse.ArgumentTypeError as e:
+        p.error(f"--k: {e}")
     from perf.speedup import overall, print_table, summarize
 
     model_dir = export_smollm2(args.model_dir)
