@@ -273,3 +273,40 @@ def test_generator_follows_the_sequence(torch: Any, adapter: Any) -> None:
         gen.get_candidates(torch.tensor([[1, 2, 3], [4, 5, 6]]))
     gen.end()
     assert drafter.open_requests == 0
+
+
+def test_bad_values_are_clear_errors(torch: Any, adapter: Any) -> None:
+    """Found by a hunt for bad input: each was accepted and misread, or failed deep inside."""
+    import numpy as np
+
+    from lookupdec.errors import VocabularyError
+
+    model = tiny_model(torch)
+    drafter = lookupdec.Drafter(n_draft=4)
+
+    def generate(ids: list[int], **kw: Any) -> Any:
+        return model.generate(
+            torch.tensor([ids]), max_new_tokens=4, custom_generate=adapter.lookup_decoding(drafter, **kw)
+        )
+
+    with pytest.raises(VocabularyError, match=r"prompt token 1 is 100: .* vocabulary of 96"):
+        generate([5, 100, 6])  # torch's embedding raised an IndexError (a device assert on CUDA)
+    with pytest.raises(VocabularyError, match="prompt token 1 is -1"):
+        generate([5, -1, 6])
+    with pytest.raises(TypeError, match=r"needs a lookupdec\.Drafter, not str"):
+        adapter.lookup_decoding("x")  # an AttributeError at generate
+    with pytest.raises(TypeError, match="stream must be a transformers streamer"):
+        adapter.lookup_decoding(drafter, stream=5)
+    with pytest.raises(TypeError, match="not a str"):
+        adapter.LookupCandidateGenerator(drafter, eos_token_id="17")  # read as the ids 1 and 7
+    with pytest.raises(TypeError, match="torch tensor"):
+        adapter.LookupCandidateGenerator(drafter).get_candidates(np.array([PROMPT]))
+    verifier = adapter.Verifier(model)
+    verifier.forward([1, 2, 3])
+    with pytest.raises(ValueError, match="holds 3 tokens"):
+        verifier.rollback(10)  # left a length of -7
+    assert verifier.length == 3
+    assert adapter.decode(adapter.Verifier(model), PROMPT, lambda t, k: [], k=4, max_new_tokens=0) == []
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 0"):
+        adapter.decode(adapter.Verifier(model), PROMPT, lambda t, k: [], k=4, max_new_tokens=-5)
+    assert drafter.open_requests == 0  # the refused generations opened no request

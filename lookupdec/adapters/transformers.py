@@ -49,6 +49,7 @@ except ImportError as e:  # pragma: no cover - depends on the install
     ) from e
 
 from lookupdec.adapters import DraftLength, HistoryFollower
+from lookupdec.errors import VocabularyError
 
 Propose = Callable[[Sequence[int], int], Sequence[int]]
 """``propose(tokens, k)``: up to ``k`` tokens likely to follow ``tokens`` (the committed sequence)."""
@@ -61,6 +62,8 @@ Choose = Callable[["torch.Tensor", Sequence[int], int], list[int]]
 
 
 def _single_row(input_ids: torch.Tensor) -> list[int]:
+    if not isinstance(input_ids, torch.Tensor):  # a numpy array failed on .dim()
+        raise TypeError(f"input_ids must be a torch tensor of token ids, not {type(input_ids).__name__}")
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(
             f"lookupdec drafting in transformers needs batch size 1 (assisted decoding drafts one sequence), "
@@ -73,6 +76,8 @@ def _single_row(input_ids: torch.Tensor) -> list[int]:
 def _eos_ids(eos_token_id: torch.Tensor | int | Sequence[int] | None) -> frozenset[int]:
     if eos_token_id is None:
         return frozenset()
+    if isinstance(eos_token_id, str):  # "17" was read as the ids 1 and 7
+        raise TypeError(f"eos_token_id must be an int, a list of ints or a tensor, not a str ({eos_token_id!r})")
     if isinstance(eos_token_id, int):
         return frozenset((eos_token_id,))
     if isinstance(eos_token_id, torch.Tensor):
@@ -123,6 +128,8 @@ class Verifier:
 
     def rollback(self, n: int) -> None:
         """Drop the last ``n`` tokens from the cache."""
+        if not 0 <= n <= self.length:  # more than it holds left a negative length
+            raise ValueError(f"rollback({n}): the cache holds {self.length} tokens")
         if n > 0 or self._crop_zero:
             self.cache.crop(-n)
         self.length -= n
@@ -180,6 +187,10 @@ def decode(
     tokens = list(prompt)
     if not tokens:
         raise ValueError("decode needs a prompt of at least one token")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if max_new_tokens == 0:  # the prefill's token would be one too many
+        return []
     end = len(tokens) + max_new_tokens
     logits = verifier.forward(tokens, keep=1)[-1:]
     new = choose(logits, tokens, len(tokens))
@@ -295,9 +306,14 @@ def lookup_generate(
     Returns the sequences tensor, or a ``GenerateDecoderOnlyOutput`` holding it when
     ``return_dict_in_generate`` is set.
     """
-    if drafter is None:
-        raise TypeError("lookup_generate needs drafter=lookupdec.Drafter(...) in model.generate(...)")
+    _check_drafter(drafter, "lookup_generate needs drafter=lookupdec.Drafter(...) in model.generate(...)")
+    _check_stream(stream)
     prompt = _single_row(input_ids)
+    vocab_size = _model_vocab_size(model)
+    if vocab_size is not None and prompt and (min(prompt) < 0 or max(prompt) >= vocab_size):
+        # Before the prefill: torch's embedding raised an IndexError (a device assert on CUDA).
+        i = next(i for i, t in enumerate(prompt) if not 0 <= t < vocab_size)
+        raise VocabularyError(f"prompt token {i} is {prompt[i]}: not an id of the model's vocabulary of {vocab_size}")
     mask = model_kwargs.get("attention_mask")
     if mask is not None and not bool((mask == 1).all()):
         raise ValueError("lookup_generate takes one unpadded sequence: its attention_mask must be all ones")
@@ -314,7 +330,7 @@ def lookup_generate(
     choose, scores = _processed_choice(logits_processor, do_sample)
     if adaptive is True:
         adaptive = _model_draft_length(model, drafter.n_draft)
-    proposer = RequestProposer(drafter, stop=eos, vocab_size=_model_vocab_size(model), adaptive=adaptive)
+    proposer = RequestProposer(drafter, stop=eos, vocab_size=vocab_size, adaptive=adaptive)
 
     def stop(tokens: list[int], i: int) -> bool:
         if tokens[-1] in eos:
@@ -376,14 +392,26 @@ def _model_vocab_size(model: Any) -> int | None:
     return int(size) if size is not None else None
 
 
+def _check_drafter(drafter: Any, message: str) -> None:
+    """TypeError ``message`` unless ``drafter`` is a Drafter (or drafts as one: ``request`` and ``n_draft``)."""
+    if drafter is None or not (hasattr(drafter, "request") and hasattr(drafter, "n_draft")):
+        raise TypeError(f"{message}, not {type(drafter).__name__}")
+
+
+def _check_stream(stream: Any) -> None:
+    """TypeError unless ``stream`` is None or a streamer (``put`` and ``end``; 5 failed at the first put)."""
+    if stream is not None and not (callable(getattr(stream, "put", None)) and callable(getattr(stream, "end", None))):
+        raise TypeError(f"stream must be a transformers streamer (put and end), not {type(stream).__name__}")
+
+
 def lookup_decoding(drafter: Any, *, stream: Any = None, adaptive: bool | DraftLength = True) -> Callable[..., Any]:
     """``model.generate(..., custom_generate=lookup_decoding(drafter))``: :func:`lookup_generate` bound to ``drafter``.
 
     ``stream``: a transformers streamer that receives the prompt, the committed tokens and
     ``end()`` (see the module's docstring); ``adaptive``: see :func:`lookup_generate`.
     """
-    if drafter is None:
-        raise TypeError("lookup_decoding needs a lookupdec.Drafter")
+    _check_drafter(drafter, "lookup_decoding needs a lookupdec.Drafter")
+    _check_stream(stream)
     return functools.partial(lookup_generate, drafter=drafter, stream=stream, adaptive=adaptive)
 
 
