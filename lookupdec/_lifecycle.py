@@ -30,7 +30,7 @@ from types import TracebackType
 from typing import Any, ClassVar, Protocol, cast
 
 from lookupdec._shared_file import merge_into_file
-from lookupdec.errors import CacheFormatError, RequestClosedError, VocabularyError
+from lookupdec.errors import CacheFormatError, OutputFileError, RequestClosedError, VocabularyError
 from lookupdec.formats.detect import detect_format
 from lookupdec.formats.index_header import read_index_vocab
 from lookupdec.result import common_prefix, tree_nodes
@@ -331,6 +331,11 @@ class Drafter:
         self._owns_dynamic = True
         if isinstance(dynamic, (str, os.PathLike)):
             self._dynamic_path = os.fspath(dynamic)
+            folder = os.path.dirname(os.path.realpath(self._dynamic_path))
+            if not os.path.isdir(folder):
+                # save() writes there: it failed only then, at the end of a server's run, with
+                # everything its requests taught lost (a read-only folder may be meant: not refused)
+                raise OutputFileError(self._dynamic_path, f"the dynamic cache's folder does not exist ({folder})")
             if os.path.exists(self._dynamic_path) and os.path.getsize(self._dynamic_path) > 0:
                 fmt = detect_format(self._dynamic_path)
                 if fmt != "llama":  # save() would write it back in llama.cpp's format, merged

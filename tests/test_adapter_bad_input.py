@@ -175,3 +175,23 @@ def test_npy_headers_and_shapes(tmp_path: Path) -> None:
     with pytest.raises(TokenFileError, match="one-dimensional"):
         check_token_ids("x", np.zeros((2, 2), dtype=np.int32))  # an IndexError
     assert read_tokens(os.fsencode(good)).tolist() == [1, 2, 3, 4]  # type: ignore[arg-type]  # a bytes path
+
+
+def test_history_follower_checks_the_history_it_is_given() -> None:
+    import numpy as np
+
+    from lookupdec.errors import VocabularyError
+
+    history = [1, 2, 3, 1, 2, 3, 1, 2]
+    follower = HistoryFollower(lookupdec.Drafter(n_draft=4), vocab_size=10)
+    assert follower.propose(history, 4) == [3, 1, 2, 3]
+    # an id past the model's vocabulary in the history: it was drafted back, and the caches blamed
+    with pytest.raises(VocabularyError, match="history token 9 is 12: not an id of the model's vocabulary of 10"):
+        follower.propose([*history, 3, 12], 4)
+    with pytest.raises(VocabularyError, match="history token 0 is 11"):
+        follower.propose([11, 2], 4)  # a new generation: refused before the open request ends
+    assert follower.request is not None and not follower.request.closed
+    assert follower.propose([*history, 3, 1], 4, None) == [2, 3, 1, 2]  # stop=None: no stop ids
+    with pytest.raises(ValueError, match="one sequence of token ids"):
+        rows = np.array([history])  # a batch of rows
+        HistoryFollower(lookupdec.Drafter(n_draft=4)).propose(rows, 4)  # type: ignore[arg-type]

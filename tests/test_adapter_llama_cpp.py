@@ -14,6 +14,7 @@ import pytest
 
 import lookupdec
 from lookupdec.adapters.llama_cpp import LLAMA_CPP_AVAILABLE, LookupDraftModel
+from lookupdec.errors import VocabularyError
 
 VOCAB = 24
 
@@ -167,9 +168,14 @@ def test_generate_ends_the_request_with_every_token() -> None:
 def test_vocabulary_mismatch_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match=r"vocabulary has 128256 tokens, the model's 49152"):
         LookupDraftModel(lookupdec.Drafter(vocab_size=128256), n_vocab=49152)
-    # A drafter that does not know its vocabulary drafts an id the model does not have.
-    draft_model = LookupDraftModel(lookupdec.Drafter(n_draft=4), n_vocab=20)
-    with pytest.raises(ValueError, match=r"token id 2[0-3], past the model's vocabulary of 20 tokens"):
+    # A drafter that does not know its vocabulary drafts an id the model does not have (its
+    # static cache is another tokenizer's).
+    drafter = lookupdec.Drafter(static=lookupdec.build_static([1, 2, 21] * 50), n_draft=4)
+    draft_model = LookupDraftModel(drafter, n_vocab=20)
+    with pytest.raises(ValueError, match=r"token id 21, past the model's vocabulary of 20 tokens"):
+        draft_model(np.array([5, 1, 2], dtype=np.intc))
+    # An id past it in the history itself is named as the history's
+    with pytest.raises(VocabularyError, match=r"history token 0 is 21: not an id of the model's vocabulary of 20"):
         draft_model(np.array([21, 22, 23, 21, 22, 23, 21, 22], dtype=np.intc))
 
 

@@ -129,6 +129,12 @@ def test_preempted_request_continues_and_a_replaced_one_restarts() -> None:
     assert not table.open and table.ended == 2
 
 
+def test_options_that_are_not_a_mapping_are_refused() -> None:
+    for bad in (["static"], "static=x"):  # an AttributeError and a bare dict() ValueError
+        with pytest.raises(TypeError, match="speculator_options must be a mapping"):
+            read_options(bad)  # type: ignore[arg-type]
+
+
 def test_pad_drafts_fills_every_column() -> None:
     assert pad_drafts([[5, 6], [], [1, 2, 3, 4]], 4, [9, 8, 7]) == [[5, 6, 9, 9], [8, 8, 8, 8], [1, 2, 3, 4]]
 

@@ -317,6 +317,15 @@ class DrafterTests(ImplTests):
             stats.append(drafter.stats)
         assert stats[1] == stats[0] and stats[0].n_accept > 0
 
+    def test_a_dynamic_file_in_a_missing_folder_is_refused_at_once(self, tmp_path: Path) -> None:
+        # save() failed only at the end (a vLLM server's exit), with what its requests taught lost
+        from lookupdec.errors import OutputFileError
+
+        with pytest.raises(OutputFileError, match="dynamic cache's folder does not exist"):
+            self.impl.Drafter(dynamic=tmp_path / "missing" / "dynamic.bin")
+        self.impl.Drafter(dynamic=tmp_path / "dynamic.bin").save()  # a new file in a folder that exists
+        assert (tmp_path / "dynamic.bin").exists()
+
     def test_a_static_index_as_the_dynamic_cache_is_refused(self, tmp_path: Path) -> None:
         # The compiled Drafter loaded it, and save() then wrote it back as llama.cpp's format.
         path = tmp_path / "s.lkdc"

@@ -17,6 +17,7 @@ import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from lookupdec.errors import VocabularyError
 from lookupdec.rules import MAX_DRAFT
 
 STREAKS = 3
@@ -497,15 +498,34 @@ class HistoryFollower:
             within = same_generation or self.max_growth is None or grows <= self.max_growth
             if grows >= 0 and within and history[:n] == known:
                 if grows > 0:
+                    self._check_ids(history, n)
                     req.extend(history[n:])
                 return req
+        self._check_ids(history, 0)  # before the old request ends: a refused history leaves it open
+        if req is not None:
             req.end()
         self.request = self.drafter.request(history)
         self.max_growth = None
         return self.request
 
-    def propose(self, history: Sequence[int], k: int, stop: Collection[int] = ()) -> list[int]:
-        """Sync with ``history``, then up to ``k`` drafted tokens (cut before any ``stop`` id)."""
+    def _check_ids(self, history: list[int], start: int) -> None:
+        """VocabularyError naming the first id of ``history[start:]`` outside the model's vocabulary.
+
+        The Drafter checks against its own ``vocab_size`` (2^31 when not given): without this, an
+        id of the history past the model's was drafted back, and the error blamed the caches.
+        """
+        limit = self.vocab_size
+        if limit is None or len(history) <= start:
+            return
+        new = history[start:]
+        if min(new) < 0 or max(new) >= limit:
+            i = next(i for i, t in enumerate(new) if not 0 <= t < limit) + start
+            raise VocabularyError(f"history token {i} is {history[i]}: not an id of the model's vocabulary of {limit}")
+
+    def propose(self, history: Sequence[int], k: int, stop: Collection[int] | None = ()) -> list[int]:
+        """Sync with ``history``, then up to ``k`` drafted tokens (cut before any ``stop`` id; None: none)."""
+        if stop is None:
+            stop = ()
         entered = time.perf_counter()
         last = self.max_growth  # the last proposal's length + 1 (None: no proposal in this generation)
         known = len(self.request.tokens) if self.request is not None else 0
@@ -564,6 +584,8 @@ def _as_ids(history: Sequence[int]) -> list[int]:
     tolist = getattr(history, "tolist", None)  # numpy arrays, torch tensors
     if tolist is not None:
         ids: list[int] = tolist()
+        if ids and not isinstance(ids[0], int):  # a 2-D array (a batch) failed deep inside
+            raise ValueError(f"history must be one sequence of token ids, got {type(history).__name__} of rows")
         return ids
     return [operator.index(t) for t in history]
 

@@ -110,6 +110,8 @@ def read_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], flo
     Keys not given fall back to the ``LOOKUPDEC_*`` environment variables. An unknown key, or
     an option of the wrong type, raises ValueError naming it.
     """
+    if options is not None and not isinstance(options, Mapping):  # a list: AttributeError; a str: dict()'s ValueError
+        raise TypeError(f"speculator_options must be a mapping of option names to values, not {type(options).__name__}")
     options = dict(options or {})
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
