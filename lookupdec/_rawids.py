@@ -9,13 +9,34 @@ ids in 4 bytes each, and the fast path copies it into a ``vec[i32]`` with one ``
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from array import array
 
+from lookupdec._atomic import file_kind
 from lookupdec.errors import TokenFileError
 
 TOKEN_SUFFIXES = (".bin", ".npy")
 """File name endings that are read as token files when neither ``--tokens`` nor ``--tokenizer`` is given."""
+
+
+def refuse_irregular(path: str, mode: int) -> None:
+    """TokenFileError naming ``path`` unless ``mode`` (its ``st_mode``) is a regular file's."""
+    if not stat.S_ISREG(mode):
+        raise TokenFileError(path, f"is {file_kind(mode)}, not a regular file")
+
+
+def require_regular(path: str) -> None:
+    """TokenFileError when ``path`` exists and is not a regular file (a missing one is left to the reader).
+
+    A fifo blocked the read for ever, ``/dev/zero`` read until memory ran out, and ``/dev/null``
+    read as an empty file, silently: the command line refused them, the Python API did not.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    refuse_irregular(path, st.st_mode)
 
 
 def check_raw_size(name: str) -> int:

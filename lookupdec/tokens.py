@@ -16,7 +16,6 @@ import hashlib
 import itertools
 import json
 import os
-import stat
 import tokenize
 import warnings
 from collections.abc import Callable, Iterator
@@ -25,9 +24,8 @@ from typing import Any, BinaryIO
 import numpy as np
 import numpy.typing as npt
 
-from lookupdec._atomic import file_kind
 from lookupdec._rawids import TOKEN_SUFFIXES as TOKEN_SUFFIXES  # re-exported: its home before _rawids
-from lookupdec._rawids import check_raw_size
+from lookupdec._rawids import check_raw_size, require_regular
 from lookupdec.errors import TokenFileError
 from lookupdec.rules import INT32_MAX as INT32_MAX  # re-exported: callers read them here
 from lookupdec.rules import INT32_MIN as INT32_MIN
@@ -39,20 +37,6 @@ TokenArray = npt.NDArray[np.int32]
 _BOS_NAMES = ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>", "<|endoftext|>")
 
 
-def require_regular(path: str) -> None:
-    """TokenFileError when ``path`` exists and is not a regular file (a missing one is left to the reader).
-
-    A fifo blocked the read for ever, ``/dev/zero`` read until memory ran out, and ``/dev/null``
-    read as an empty file, silently: the command line refused them, the Python API did not.
-    """
-    try:
-        st = os.stat(path)
-    except OSError:
-        return
-    if not stat.S_ISREG(st.st_mode):
-        raise TokenFileError(path, f"is {file_kind(st.st_mode)}, not a regular file")
-
-
 def read_tokens(path: str | os.PathLike[str]) -> TokenArray:
     """Read a token file: raw little-endian int32 ids, or a ``.npy`` array (by extension).
 
@@ -62,9 +46,9 @@ def read_tokens(path: str | os.PathLike[str]) -> TokenArray:
     that element. A missing file raises :class:`FileNotFoundError`.
     """
     name = os.fsdecode(path)  # a bytes path too
-    require_regular(name)
     if name.lower().endswith(".npy"):
-        return _read_npy(name)
+        return _read_npy(name)  # npy_layout refuses a fifo or a device
+    require_regular(name)
     check_raw_size(name)
     data = np.fromfile(name, dtype="<i4")
     return data.astype(np.int32, copy=False)

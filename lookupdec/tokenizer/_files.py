@@ -3,22 +3,15 @@
 A fifo blocks ``open`` (and every read) until a writer comes, and a device such as
 ``/dev/zero`` reads without end: ``load_tokenizer`` on one hung, or read until MemoryError.
 The wording is the rest of the project's (:func:`lookupdec.formats.detect.open_regular_fd`),
-with :class:`TokenFileError` (the tokenizer's file error) instead of a cache file's.
+with :class:`~lookupdec.errors.TokenFileError` (:func:`lookupdec._rawids.refuse_irregular`) instead of a cache file's.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from typing import BinaryIO
 
-from lookupdec._atomic import file_kind
-from lookupdec.errors import TokenFileError
-
-
-def _refuse(path: str, mode: int) -> None:
-    if not stat.S_ISREG(mode):
-        raise TokenFileError(path, f"is {file_kind(mode)}, not a regular file")
+from lookupdec._rawids import refuse_irregular
 
 
 def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
@@ -31,7 +24,7 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     name = os.fspath(path)
     fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
-        _refuse(name, os.fstat(fd).st_mode)
+        refuse_irregular(name, os.fstat(fd).st_mode)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -43,5 +36,5 @@ def regular_size(path: str | os.PathLike[str]) -> int:
     """The size of ``path`` in bytes; :class:`TokenFileError` naming it unless it is a regular file."""
     name = os.fspath(path)
     st = os.stat(name)
-    _refuse(name, st.st_mode)
+    refuse_irregular(name, st.st_mode)
     return st.st_size
