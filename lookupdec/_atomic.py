@@ -14,6 +14,10 @@ Every file lookupdec writes goes through :func:`atomic_writer`:
   ``/dev/full`` or ``/dev/null``, a fifo, a socket) is refused: it is never replaced, nor
   written into;
 - every error names the user's path, never the temporary file;
+- inside :func:`written_together` the files written are put in place together when the block
+  ends without an error, and none of them is otherwise: a command that writes two files
+  that belong together (``create -o INDEX --corpus-out CORPUS``) never leaves a new one
+  beside an old one;
 - the bytes reach the file in whole 2 MiB blocks at 2 MiB offsets (:class:`BlockWriter`), so
   a file system with large folios (ext4 and XFS on Linux 6.x) caches the file in 2 MiB
   folios, which a mapping of the file (a static index, a corpus file) then gets as huge
@@ -23,6 +27,7 @@ Every file lookupdec writes goes through :func:`atomic_writer`:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import io
 import os
@@ -245,11 +250,53 @@ def _renamed(e: OSError, target: str, tmp_names: tuple[str, ...]) -> OSError:
     return new
 
 
+# The files atomic_writer has completed inside written_together, waiting to be put in place:
+# (named temporary file, real path, the user's path). None outside written_together.
+_PENDING: contextvars.ContextVar[list[tuple[str, str, str]] | None] = contextvars.ContextVar(
+    "lookupdec_pending_writes", default=None
+)
+
+
+@contextlib.contextmanager
+def written_together() -> Iterator[None]:
+    """Put every file :func:`atomic_writer` completes in this block in place at its end, or none.
+
+    Each file is written and synced to a named temporary file in its target's folder as
+    usual; only the renames wait for the block to end, so the targets change together, after
+    all the work (renames in one file system do not run out of space). On any exception,
+    ``KeyboardInterrupt`` and the CLI's ``Terminated`` included, the temporary files are
+    removed and every target is as it was. A process killed with ``SIGKILL`` in the block
+    leaves its hidden temporary files, which the next write to the same path removes.
+    """
+    pending: list[tuple[str, str, str]] = []
+    token = _PENDING.set(pending)
+    try:
+        yield
+    except BaseException:
+        _discard(pending)
+        raise
+    finally:
+        _PENDING.reset(token)
+    for i, (tmp, real, target) in enumerate(pending):
+        try:
+            os.replace(tmp, real)
+        except OSError as e:
+            _discard(pending[i:])
+            raise _renamed(e, target, (tmp,)) from None
+
+
+def _discard(pending: list[tuple[str, str, str]]) -> None:
+    for tmp, _, _ in pending:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
 @contextlib.contextmanager
 def atomic_writer(path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]] = ()) -> Iterator[BinaryIO]:
     """Yield a binary file in the target's folder; on success it replaces ``path`` atomically.
 
-    On any exception nothing is left behind and ``path`` is as it was. See the module
+    On any exception nothing is left behind and ``path`` is as it was. Inside
+    :func:`written_together` the file is put in place when that block ends. See the module
     docstring for symbolic links, non-regular outputs and temporary files; ``inputs`` are
     files the output must not be (see :func:`check_output_path`).
     """
@@ -278,7 +325,11 @@ def atomic_writer(path: str | os.PathLike[str], inputs: Iterable[str | os.PathLi
         if unnamed:
             tmp = _tmp_name(folder, base)
             _link_unnamed(fd, tmp)
-        os.replace(tmp, real)
+        pending = _PENDING.get()
+        if pending is not None:  # written_together puts it in place with the others
+            pending.append((tmp, real, target))
+        else:
+            os.replace(tmp, real)
         tmp = ""
     except OSError as e:
         raise _renamed(e, target, (tmp, folder, f"/proc/self/fd/{fd}")) from None

@@ -457,7 +457,12 @@ class Drafter:
 
     @property
     def open_requests(self) -> int:
-        """Requests started and not yet ended."""
+        """Requests started and not yet ended.
+
+        A request dropped without :meth:`Request.end` stays counted (its context is never merged
+        into the dynamic cache): a count that keeps growing on a server tells of requests its
+        code never ends.
+        """
         return int(self._host.tally.open)
 
     @property

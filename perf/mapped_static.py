@@ -159,7 +159,9 @@ def build_indexes(sizes: list[str], work: Path, here: str) -> list[str]:
         if not index.exists():
             corpus = make_corpus(size, None, work)
             argv = [sys.executable, "-m", "lookupdec", "create", "--tokens", str(corpus), "-o", str(index), "-q"]
-            subprocess.run(argv, env=dict(os.environ, PYTHONPATH=here), check=True)
+            done = subprocess.run(argv, env=dict(os.environ, PYTHONPATH=here), check=False)
+            if done.returncode:  # lookupdec create printed why (a full disk, ...): no traceback here
+                raise SystemExit(f"{index}: lookupdec create failed (exit code {done.returncode}); see its error above")
         out.append(str(index))
     return out
 

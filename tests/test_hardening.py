@@ -103,6 +103,53 @@ def test_disk_full_names_the_output(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert out.read_bytes() == b"old" and os.listdir(tmp_path) == ["o.bin"]
 
 
+def test_written_together_puts_every_file_in_place_or_none(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.bin", tmp_path / "b.bin"
+    a.write_bytes(b"old a")
+    with pytest.raises(RuntimeError), _atomic.written_together():
+        with _atomic.atomic_writer(a) as f:
+            f.write(b"new a")
+        assert a.read_bytes() == b"old a"  # complete, but waiting for the block's end
+        raise RuntimeError("the second file's work failed")
+    assert a.read_bytes() == b"old a" and sorted(os.listdir(tmp_path)) == ["a.bin"]
+    with _atomic.written_together():
+        for path, data in ((a, b"new a"), (b, b"new b")):
+            with _atomic.atomic_writer(path) as f:
+                f.write(data)
+        assert a.read_bytes() == b"old a" and not b.exists()
+    assert (a.read_bytes(), b.read_bytes()) == (b"new a", b"new b")
+    assert sorted(os.listdir(tmp_path)) == ["a.bin", "b.bin"]
+
+
+def test_create_puts_index_and_corpus_file_in_place_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk while --corpus-out is written leaves the index of the run before, not a new
+    index beside the old corpus file (the index used to be replaced first)."""
+    corpus = write_bin(tmp_path / "c.bin", CORPUS)
+    index, corpus_out = tmp_path / "s.lkdc", tmp_path / "c.lkcorpus"
+    code, _, _ = run(capsys, "create", corpus, "-o", str(index), "--corpus-out", str(corpus_out), "-q")
+    assert code == 0
+    before = (index.read_bytes(), corpus_out.read_bytes())
+    write_bin(tmp_path / "c.bin", CORPUS[::-1])
+    from lookupdec.cli import create
+
+    def disk_full(parts: object, path: str, *args: object) -> None:
+        with _atomic.atomic_writer(path) as f:
+            f.write(b"the start of a corpus file")
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(create, "write_corpus_file", disk_full)
+    code, out, err = run(capsys, "create", corpus, "-o", str(index), "--corpus-out", str(corpus_out))
+    assert_clean_error(code, err, "c.lkcorpus", "No space left")
+    assert (index.read_bytes(), corpus_out.read_bytes()) == before and out == ""
+    assert sorted(os.listdir(tmp_path)) == ["c.bin", "c.lkcorpus", "s.lkdc"]
+    monkeypatch.undo()
+    code, out, _ = run(capsys, "create", corpus, "-o", str(index), "--corpus-out", str(corpus_out))
+    assert code == 0 and "s.lkdc: lookupdec static cache" in out and "c.lkcorpus: lookupdec corpus file" in out
+    assert index.read_bytes() != before[0] and corpus_out.read_bytes() != before[1]
+
+
 def test_read_only_folder_names_the_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """As root a read-only folder is writable, so the refusal is simulated at the open."""
     real_open = os.open

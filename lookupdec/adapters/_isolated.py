@@ -152,7 +152,7 @@ class IsolatedDrafter:
 
     @property
     def open_requests(self) -> int:
-        """Requests started and not yet ended."""
+        """Requests started and not yet ended (one dropped without ``end()`` counts until it is collected)."""
         return sum(int(host.tally.open) for host in list(self._live))
 
     def save(self, path: Any = None) -> None:

@@ -11,10 +11,10 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from lookupdec._atomic import check_output_path
+from lookupdec._atomic import check_output_path, written_together
 from lookupdec.cli._common import (
     EXIT_OK,
     STATIC_FORMATS,
@@ -42,6 +42,9 @@ from lookupdec.cli._pipeline import (
 )
 from lookupdec.errors import UsageError, warn_saturated
 
+Report = Callable[[], str]
+"""A line of ``create``'s summary, made once its files are in place."""
+
 
 def cmd_create(args: argparse.Namespace) -> int:
     """``lookupdec create``: build a static cache (llama-lookup-create)."""
@@ -67,13 +70,19 @@ def cmd_create(args: argparse.Namespace) -> int:
         if not 1 <= args.vocab_size <= 1 << 31:  # recorded in a header, and bounds the ids
             raise UsageError(f"--vocab-size must be in 1..2^31, got {args.vocab_size}")
         vocab_size = args.vocab_size
-    code = _create_static(args, impl, vocab_size, fingerprint)
-    if args.corpus_out is not None:
-        _write_corpus_out(args, vocab_size, fingerprint)
-    return code
+    # -o and --corpus-out are put in place together at the end, or neither is (a full disk while
+    # the corpus file is written must not leave a new index beside the old corpus file).
+    with written_together():
+        reports = [_create_static(args, impl, vocab_size, fingerprint)]
+        if args.corpus_out is not None:
+            reports.append(_write_corpus_out(args, vocab_size, fingerprint))
+    if not args.quiet:
+        for report in reports:  # after the files are in place: the reports read their sizes
+            print(report())
+    return EXIT_OK
 
 
-def _create_static(args: argparse.Namespace, impl: Any, vocab_size: int, fingerprint: bytes) -> int:
+def _create_static(args: argparse.Namespace, impl: Any, vocab_size: int, fingerprint: bytes) -> Report:
     """The static cache of ``create`` (-o) in the format asked for."""
     if args.format == "lookupdec":
         return _create_index(args, vocab_size, fingerprint)
@@ -90,15 +99,14 @@ def _create_static(args: argparse.Namespace, impl: Any, vocab_size: int, fingerp
     t0 = time.perf_counter()
     write_cache(cache, args.output, args.format, vocab_size=vocab_size, vocab_fingerprint=fingerprint)
     t_write = time.perf_counter() - t0
-    if not args.quiet:
-        n_tokens = sum(len(c) for c in corpora)
-        print(
-            f"{args.output}: {args.format} static cache, {len(cache):,} 2-grams, {cache.n_entries:,} entries, "
-            f"{mb(os.path.getsize(args.output))}, from {n_tokens:,} tokens in {len(corpora)} "
-            f"corpus file{'s' if len(corpora) != 1 else ''} "
-            f"(read {t_read:.2f} s, count {t_build:.2f} s, write {t_write:.2f} s; impl {impl.IMPLEMENTATION})"
-        )
-    return EXIT_OK
+    n_tokens, n_corpora = sum(len(c) for c in corpora), len(corpora)
+    n_keys, n_entries = len(cache), cache.n_entries
+    return lambda: (
+        f"{args.output}: {args.format} static cache, {n_keys:,} 2-grams, {n_entries:,} entries, "
+        f"{mb(os.path.getsize(args.output))}, from {n_tokens:,} tokens in {n_corpora} "
+        f"corpus file{'s' if n_corpora != 1 else ''} "
+        f"(read {t_read:.2f} s, count {t_build:.2f} s, write {t_write:.2f} s; impl {impl.IMPLEMENTATION})"
+    )
 
 
 def _check_below_vocab(paths: Sequence[str], parts: Sequence[Sequence[int]], vocab_size: int) -> None:
@@ -111,7 +119,7 @@ def _check_below_vocab(paths: Sequence[str], parts: Sequence[Sequence[int]], voc
             raise UsageError(f"{path}: token id {top} is not below the vocabulary size {vocab_size}")
 
 
-def _create_index(args: argparse.Namespace, vocab_size: int, fingerprint: bytes) -> int:
+def _create_index(args: argparse.Namespace, vocab_size: int, fingerprint: bytes) -> Report:
     """``create --format lookupdec``: bounded memory, every core, or a Dask cluster (lookupdec.builder)."""
     memory, workers = budget(args)
     t0 = time.perf_counter()
@@ -159,7 +167,7 @@ def _count_index(
     vocab_size: int,
     fingerprint: bytes,
     t0: float,
-) -> int:
+) -> Report:
     """Count ``corpora`` (token files or arrays, one per ``args.corpus``) into the lookupdec index."""
     from lookupdec import builder
 
@@ -190,17 +198,15 @@ def _count_index(
             progress=progress, **extra,
         )  # fmt: skip
     warn_saturated(args.output, summary.saturated)
-    if not args.quiet:
-        n_files = len(args.corpus)
-        print(
-            f"{args.output}: lookupdec static cache, {summary.n_keys:,} 2-grams, {summary.n_entries:,} entries, "
-            f"{mb(summary.file_size)}, from {n_files} corpus file{'s' if n_files != 1 else ''} "
-            f"in {time.perf_counter() - t0:.2f} s (peak RSS {peak_rss_mb():.0f} MB)"
-        )
-    return EXIT_OK
+    n_files, seconds, rss = len(args.corpus), time.perf_counter() - t0, peak_rss_mb()
+    return lambda: (
+        f"{args.output}: lookupdec static cache, {summary.n_keys:,} 2-grams, {summary.n_entries:,} entries, "
+        f"{mb(summary.file_size)}, from {n_files} corpus file{'s' if n_files != 1 else ''} "
+        f"in {seconds:.2f} s (peak RSS {rss:.0f} MB)"
+    )
 
 
-def _write_corpus_out(args: argparse.Namespace, vocab_size: int, fingerprint: bytes) -> None:
+def _write_corpus_out(args: argparse.Namespace, vocab_size: int, fingerprint: bytes) -> Report:
     """``create --corpus-out``: the hybrid policy's corpus file of the same corpora (one document each)."""
     t0 = time.perf_counter()
     parts = [load_replay(args, path) for path in args.corpus]
@@ -209,11 +215,11 @@ def _write_corpus_out(args: argparse.Namespace, vocab_size: int, fingerprint: by
         corpus = write_corpus_file(parts, args.corpus_out, vocab_size, fingerprint)
     except ValueError as e:  # a negative id
         raise UsageError(f"--corpus-out: {e}") from None
-    if not args.quiet:
-        print(
-            f"{args.corpus_out}: lookupdec corpus file, {corpus.n_tokens:,} ids, {corpus.n_bigrams:,} bigrams, "
-            f"{mb(os.path.getsize(args.corpus_out))}, in {time.perf_counter() - t0:.2f} s"
-        )
+    seconds = time.perf_counter() - t0
+    return lambda: (
+        f"{args.corpus_out}: lookupdec corpus file, {corpus.n_tokens:,} ids, {corpus.n_bigrams:,} bigrams, "
+        f"{mb(os.path.getsize(args.corpus_out))}, in {seconds:.2f} s"
+    )
 
 
 def add_parser(sub: Any) -> None:
