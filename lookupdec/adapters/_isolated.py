@@ -36,7 +36,7 @@ class IsolatedDrafter:
     oracle, rebuilds it for every request. ``drafter_class`` makes the Drafters (default
     :class:`lookupdec.Drafter`; e.g. ``lookupdec.reference.Drafter``).
     A hybrid-policy request's Drafter holds its own acceptance tables: about 5 MB while the
-    request is open, and about 4 ms to make on a 2-core CPU (once per request, not per step); a
+    request is open, and about 2 ms to make on a 2-core CPU (once per request, not per step); a
     llama-policy one, about 10 µs (docs/speedup.md).
     """
 
