@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import operator
 import os
+import threading
 import weakref
 from array import array
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -123,8 +124,8 @@ class RequestHost:
     """
 
     # __weakref__: lookupdec.adapters.IsolatedDrafter follows its requests' hosts without keeping them.
-    __slots__ = ("__weakref__", "_owner", "added", "cache", "draft", "dynamic", "hybrid", "id_limit", "n_draft",
-                 "static", "tally", "vocab_size", "waiting")  # fmt: skip
+    __slots__ = ("__weakref__", "_owner", "added", "cache", "draft", "dynamic", "hybrid", "id_limit", "lock",
+                 "n_draft", "static", "tally", "vocab_size", "waiting")  # fmt: skip
 
     def __init__(
         self,
@@ -160,6 +161,19 @@ class RequestHost:
         self._owner: weakref.ref[Request] | None = None
         self.waiting: list[list[int]] = []
         """Tokens of requests that ended while the owner was open: they join the history after it."""
+        self.lock = threading.Lock()
+        """Held by every request's ``propose``, ``propose_tree``, ``trim``, ``extend`` and ``end``, by
+        a request's start and by ``Drafter.save``: so threads may share a Drafter (a server's
+        thread pool), each call running whole, as if the calls came one after another in one
+        thread. Without it, two threads' calls interleaved inside the hybrid policy's shared state
+        (the reference raised IndexError and "call begin_request()" errors; the counters lost
+        updates), and a save could miss a request ended while it wrote. Not reentrant (cheaper):
+        nothing called under it takes it again (a request's ``end`` merges through
+        :meth:`merge_ended`, not :meth:`end`). The compiled request of ``lookupdec.fast`` (the llama policy)
+        takes it only through :meth:`end`: its ``propose`` and ``extend`` change only its own
+        state and the counters, in compiled code that no other thread runs between (it calls no
+        Python code there).
+        """
 
     @property
     def owner(self) -> Request | None:
@@ -195,6 +209,11 @@ class RequestHost:
 
     def end(self, context: Cache) -> None:
         """A request ended: its context cache joins the dynamic cache (and what the next save adds)."""
+        with self.lock:
+            self.merge_ended(context)
+
+    def merge_ended(self, context: Cache) -> None:
+        """:meth:`end`'s work, for a caller that holds :attr:`lock`."""
         self.dynamic.merge(context)
         if self.added is not None:
             self.added.merge(context)
@@ -283,7 +302,9 @@ class Drafter:
     (earlier requests and the owner's tokens so far, not their own), and their tokens join the
     history when they end (after the owner's, if it is still open).
 
-    One thread at a time: the object holds no lock of its own.
+    Threads may share it: its requests' calls and :meth:`save` run whole under one lock
+    (``RequestHost.lock``), as if they came one after another in one thread. A request is one
+    generation: use it from one thread at a time.
     """
 
     primitives: ClassVar[Primitives]
@@ -503,12 +524,15 @@ class Drafter:
         else:
             target = os.fspath(path)
         host = self._host
-        added = host.added if host.added is not None else host.dynamic
-        written = merge_into_file(target, added, host.cache.load, host.cache)
-        host.added = host.cache()
-        if self._owns_dynamic and target == self._dynamic_path:
-            # Draft from what every process has saved so far, not only from this one's counts.
-            host.dynamic = written
+        # The whole save under the requests' lock: a request ending while the file is written
+        # would merge into the counts being written, then be forgotten with them.
+        with host.lock:
+            added = host.added if host.added is not None else host.dynamic
+            written = merge_into_file(target, added, host.cache.load, host.cache)
+            host.added = host.cache()
+            if self._owns_dynamic and target == self._dynamic_path:
+                # Draft from what every process has saved so far, not only from this one's counts.
+                host.dynamic = written
 
     def _check_corpus_file(self, path: str, fingerprint: bytes | None) -> None:
         """The corpus file's header (checked: CacheFormatError) against the vocabulary, if known."""
@@ -579,10 +603,11 @@ class Request:
         """Tokens this request proposed."""
         self.n_accept = 0
         """Proposed tokens this request's ``extend`` calls confirmed."""
-        host.tally.requests += 1
-        host.tally.open += 1
-        if host.hybrid is not None and host.owner is None:
-            host.claim_history(self)
+        with host.lock:
+            host.tally.requests += 1
+            host.tally.open += 1
+            if host.hybrid is not None and host.owner is None:
+                host.claim_history(self)
 
     @property
     def tokens(self) -> Sequence[int]:
@@ -602,65 +627,61 @@ class Request:
         ``stop`` (end-of-sequence ids: the model must not accept past them). The proposal counts
         toward the stats; the next :meth:`extend` calls say how much of it was right.
         """
-        context = self._context  # inline checks, not a helper call: propose and extend run every step
-        if context is None:
-            raise RequestClosedError("propose() on a request that has ended")
-        d = self._host
-        n = d.n_draft if k is None else operator.index(k)
-        if not 0 <= n <= MAX_DRAFT:
-            check_draft_length(n, "k")
-        tokens = self._tokens
-        state = d.hybrid
-        observing = False
-        if state is not None:
-            if self._observing:  # the last proposal's verdict never came: what extend confirmed
-                self._observe(self._observed_prefix())
-            owner = d.owner
-            if owner is None:
-                d.claim_history(self)
-                owner = self
-            observing = bool(tokens)
-        if observing:
-            # The history owner's tokens are the history's current request; a request open at
-            # the same time matches its own last tokens against the history instead.
-            if owner is self:
-                self._own = None
-                proposal: list[int] = state.propose(tokens, n, context, d.dynamic, d.static)
+        with self._host.lock:  # see RequestHost.lock
+            context = self._context  # inline checks, not a helper call: propose and extend run every step
+            if context is None:
+                raise RequestClosedError("propose() on a request that has ended")
+            d = self._host
+            n = d.n_draft if k is None else operator.index(k)
+            if not 0 <= n <= MAX_DRAFT:
+                check_draft_length(n, "k")
+            tokens = self._tokens
+            state = d.hybrid
+            observing = False
+            if state is not None:
+                owner = self._begin_step(d)
+                observing = bool(tokens)
+            if observing:
+                # The history owner's tokens are the history's current request; a request open at
+                # the same time matches its own last tokens against the history instead.
+                if owner is self:
+                    self._own = None
+                    proposal: list[int] = state.propose(tokens, n, context, d.dynamic, d.static)
+                else:
+                    if self._own is None:
+                        self._own = state.request_history()
+                    proposal = state.propose_detached(tokens, n, context, d.dynamic, d.static, self._own)
+                drafted_len = len(proposal)
+            elif tokens and n > 0:
+                drafted = [tokens[-1]]
+                d.draft(tokens, drafted, n, NGRAM_MIN, NGRAM_MAX, context, d.dynamic, d.static)
+                proposal = drafted[1:]
             else:
-                if self._own is None:
-                    self._own = state.request_history()
-                proposal = state.propose_detached(tokens, n, context, d.dynamic, d.static, self._own)
-            drafted_len = len(proposal)
-        elif tokens and n > 0:
-            drafted = [tokens[-1]]
-            d.draft(tokens, drafted, n, NGRAM_MIN, NGRAM_MAX, context, d.dynamic, d.static)
-            proposal = drafted[1:]
-        else:
-            proposal = []
-        if len(stop):  # not truth: a numpy array of ids has none
-            for i, t in enumerate(proposal):
-                if t in stop:
-                    del proposal[i:]
-                    break
-        rule = len(proposal)
-        if observing:
-            if len(proposal) < drafted_len:
-                state.truncate(len(proposal))
-            rule = state.last_llama if proposal else 0
-            if proposal:
-                self._observing = True
-                self._step = state.last_step()  # other requests may propose before the verdict
-            else:
-                state.observe(0)  # nothing to verify: the step is over
-        self._proposal = proposal
-        self._rule = rule
-        self._tree = None
-        self._matched = 0
-        self.n_drafted += len(proposal)
-        tally = d.tally
-        tally.proposals += 1
-        tally.n_drafted += len(proposal)
-        return proposal
+                proposal = []
+            if len(stop):  # not truth: a numpy array of ids has none
+                for i, t in enumerate(proposal):
+                    if t in stop:
+                        del proposal[i:]
+                        break
+            rule = len(proposal)
+            if observing:
+                if len(proposal) < drafted_len:
+                    state.truncate(len(proposal))
+                rule = state.last_llama if proposal else 0
+                if proposal:
+                    self._observing = True
+                    self._step = state.last_step()  # other requests may propose before the verdict
+                else:
+                    state.observe(0)  # nothing to verify: the step is over
+            self._proposal = proposal
+            self._rule = rule
+            self._tree = None
+            self._matched = 0
+            self.n_drafted += len(proposal)
+            tally = d.tally
+            tally.proposals += 1
+            tally.n_drafted += len(proposal)
+            return proposal
 
     def propose_tree(self, k: int | None = None, branches: int = 3, stop: Collection[int] = ()) -> list[list[int]]:
         """Up to ``branches`` drafts of up to ``k`` tokens, for an engine that verifies a tree (hybrid policy).
@@ -675,53 +696,49 @@ class Request:
         tokens as accepted. The hybrid policy learns as if only branch 0 had been proposed (its
         common prefix with the accepted tokens), so branch 0 stays the linear policy's draft.
         """
-        context = self._context
-        if context is None:
-            raise RequestClosedError("propose_tree() on a request that has ended")
-        d = self._host
-        state = d.hybrid
-        if state is None:
-            raise ValueError("propose_tree() needs a Drafter(policy='hybrid'): llama.cpp's rule drafts one branch")
-        n = d.n_draft if k is None else operator.index(k)
-        if not 0 <= n <= MAX_DRAFT:
-            check_draft_length(n, "k")
-        check_branches(operator.index(branches), "hybrid")
-        tokens = self._tokens
-        if self._observing:  # the last proposal's verdict never came: what extend confirmed
-            self._observe(self._observed_prefix())
-        owner = d.owner
-        if owner is None:
-            d.claim_history(self)
-            owner = self
-        tree: list[list[int]] = []
-        if tokens:
-            detached = owner is not self  # as in propose: it matches its own last tokens
-            if detached and self._own is None:
-                self._own = state.request_history()
-            elif not detached:
-                self._own = None
-            tree = state.propose_tree(tokens, n, context, d.dynamic, d.static, branches, detached, self._own)
-            drafted_len = len(tree[0]) if tree else 0
-            if len(stop):  # not truth: a numpy array of ids has none
-                tree = _cut_tree(tree, stop)
-            first = len(tree[0]) if tree else 0
-            if first < drafted_len:
-                state.truncate(first)
-            if tree:
-                self._observing = True
-                self._step = state.last_step()  # other requests may propose before the verdict
-            else:
-                state.observe(0)  # nothing to verify: the step is over
-        self._proposal = tree[0] if tree else []
-        self._rule = state.last_llama if tree else 0
-        self._tree = tree if tree else None  # nothing drafted: extend treats it as an empty proposal
-        self._matched = 0
-        nodes = tree_nodes(tree)
-        self.n_drafted += nodes
-        tally = d.tally
-        tally.proposals += 1
-        tally.n_drafted += nodes
-        return [list(b) for b in tree]  # copies: the request keeps its own
+        with self._host.lock:  # see RequestHost.lock
+            context = self._context
+            if context is None:
+                raise RequestClosedError("propose_tree() on a request that has ended")
+            d = self._host
+            state = d.hybrid
+            if state is None:
+                raise ValueError("propose_tree() needs a Drafter(policy='hybrid'): llama.cpp's rule drafts one branch")
+            n = d.n_draft if k is None else operator.index(k)
+            if not 0 <= n <= MAX_DRAFT:
+                check_draft_length(n, "k")
+            check_branches(operator.index(branches), "hybrid")
+            tokens = self._tokens
+            owner = self._begin_step(d)
+            tree: list[list[int]] = []
+            if tokens:
+                detached = owner is not self  # as in propose: it matches its own last tokens
+                if detached and self._own is None:
+                    self._own = state.request_history()
+                elif not detached:
+                    self._own = None
+                tree = state.propose_tree(tokens, n, context, d.dynamic, d.static, branches, detached, self._own)
+                drafted_len = len(tree[0]) if tree else 0
+                if len(stop):  # not truth: a numpy array of ids has none
+                    tree = _cut_tree(tree, stop)
+                first = len(tree[0]) if tree else 0
+                if first < drafted_len:
+                    state.truncate(first)
+                if tree:
+                    self._observing = True
+                    self._step = state.last_step()  # other requests may propose before the verdict
+                else:
+                    state.observe(0)  # nothing to verify: the step is over
+            self._proposal = tree[0] if tree else []
+            self._rule = state.last_llama if tree else 0
+            self._tree = tree if tree else None  # nothing drafted: extend treats it as an empty proposal
+            self._matched = 0
+            nodes = tree_nodes(tree)
+            self.n_drafted += nodes
+            tally = d.tally
+            tally.proposals += 1
+            tally.n_drafted += nodes
+            return [list(b) for b in tree]  # copies: the request keeps its own
 
     @property
     def rule_tokens(self) -> int:
@@ -741,33 +758,34 @@ class Request:
         learn from them. For an engine that decides how much of a draft to verify after seeing
         it (:class:`lookupdec.adapters.DraftLength` does). A tree proposal cannot be trimmed.
         """
-        if self._context is None:
-            raise RequestClosedError("trim() on a request that has ended")
-        n = operator.index(n)
-        if n < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
-        if self._tree is not None:
-            raise ValueError("trim() cuts a linear proposal: a propose_tree() proposal cannot be trimmed")
-        if self._matched != 0:
-            raise ValueError("trim() must come after propose() and before extend() confirms any of the proposal")
-        cut = len(self._proposal) - n
-        if cut <= 0:
-            return
-        self._proposal = self._proposal[:n]  # a new list: the caller's copy of the proposal stays as it was
-        self._rule = min(self._rule, n)
-        self.n_drafted -= cut
-        d = self._host
-        d.tally.n_drafted -= cut
-        state = d.hybrid
-        if state is not None and self._observing:
-            state.resume_step(self._step)  # other requests may have proposed since
-            state.truncate(n)
-            if n:
-                self._step = state.last_step()
-            else:
-                state.observe(0)  # nothing to verify: the step is over
-                self._observing = False
-                self._step = None
+        with self._host.lock:  # see RequestHost.lock
+            if self._context is None:
+                raise RequestClosedError("trim() on a request that has ended")
+            n = operator.index(n)
+            if n < 0:
+                raise ValueError(f"n must be >= 0, got {n}")
+            if self._tree is not None:
+                raise ValueError("trim() cuts a linear proposal: a propose_tree() proposal cannot be trimmed")
+            if self._matched != 0:
+                raise ValueError("trim() must come after propose() and before extend() confirms any of the proposal")
+            cut = len(self._proposal) - n
+            if cut <= 0:
+                return
+            self._proposal = self._proposal[:n]  # a new list: the caller's copy of the proposal stays as it was
+            self._rule = min(self._rule, n)
+            self.n_drafted -= cut
+            d = self._host
+            d.tally.n_drafted -= cut
+            state = d.hybrid
+            if state is not None and self._observing:
+                state.resume_step(self._step)  # other requests may have proposed since
+                state.truncate(n)
+                if n:
+                    self._step = state.last_step()
+                else:
+                    state.observe(0)  # nothing to verify: the step is over
+                    self._observing = False
+                    self._step = None
 
     def extend(self, ids: Iterable[int]) -> None:
         """Commit ``ids``: the accepted part of the last proposal and the model's own token(s).
@@ -776,60 +794,73 @@ class Request:
         token. The proposal's tokens that ``ids`` confirm, in order from its first, count as
         accepted; the first mismatch ends the proposal.
         """
-        context = self._context
-        if context is None:
-            raise RequestClosedError("extend() on a request that has ended")
-        new = list(ids)
-        if not new:
-            return
-        d = self._host
-        limit = d.id_limit
-        # A plain loop: for the usual 1-9 plain ints it costs a fraction of a list comprehension.
-        for t in new:
-            if type(t) is not int or t < 0 or t >= limit:
-                # numpy integers become ints; floats raise TypeError (the reference would take them)
-                new = [operator.index(x) for x in new]
-                d.check_ids(new, "token")
-                break
-        matched = self._matched
-        if matched >= 0 and self._tree is not None:
-            self._extend_tree(new)
-        elif matched >= 0:
-            proposal = self._proposal
-            accepted = 0
-            confirmed = matched
+        with self._host.lock:  # see RequestHost.lock
+            context = self._context
+            if context is None:
+                raise RequestClosedError("extend() on a request that has ended")
+            new = list(ids)
+            if not new:
+                return
+            d = self._host
+            limit = d.id_limit
+            # A plain loop: for the usual 1-9 plain ints it costs a fraction of a list comprehension.
             for t in new:
-                if matched + accepted >= len(proposal) or proposal[matched + accepted] != t:
-                    matched = -1
+                if type(t) is not int or t < 0 or t >= limit:
+                    # numpy integers become ints; floats raise TypeError (the reference would take them)
+                    new = [operator.index(x) for x in new]
+                    d.check_ids(new, "token")
                     break
-                accepted += 1
-            else:
-                matched += accepted
-            self._matched = matched
-            self.n_accept += accepted
-            d.tally.n_accept += accepted
-            if self._observing and (matched < 0 or matched == len(proposal)):
-                self._observe(confirmed + accepted)  # the verdict: how much of it was accepted
-        tokens = self._tokens
-        tokens.extend(new)
-        # One update over the new tokens counts exactly what one nnew=1 update per token counts.
-        context.update(tokens, len(new))
+            matched = self._matched
+            if matched >= 0 and self._tree is not None:
+                self._extend_tree(new)
+            elif matched >= 0:
+                proposal = self._proposal
+                accepted = 0
+                confirmed = matched
+                for t in new:
+                    if matched + accepted >= len(proposal) or proposal[matched + accepted] != t:
+                        matched = -1
+                        break
+                    accepted += 1
+                else:
+                    matched += accepted
+                self._matched = matched
+                self.n_accept += accepted
+                d.tally.n_accept += accepted
+                if self._observing and (matched < 0 or matched == len(proposal)):
+                    self._observe(confirmed + accepted)  # the verdict: how much of it was accepted
+            tokens = self._tokens
+            tokens.extend(new)
+            # One update over the new tokens counts exactly what one nnew=1 update per token counts.
+            context.update(tokens, len(new))
 
     def end(self) -> None:
         """Merge this request's context cache into the dynamic cache (once; later calls do nothing)."""
-        context = self._context
-        if context is None:
-            return
-        d = self._host
-        if d.hybrid is not None:
-            if self._observing:
-                self._observe(self._observed_prefix())
-            d.history_end(self)
-        self._context = None
-        self._own = None
-        self._proposal = []
-        self._matched = -1
-        d.end(context)
+        with self._host.lock:  # see RequestHost.lock
+            context = self._context
+            if context is None:
+                return
+            d = self._host
+            if d.hybrid is not None:
+                if self._observing:
+                    self._observe(self._observed_prefix())
+                d.history_end(self)
+            self._context = None
+            self._own = None
+            self._proposal = []
+            self._matched = -1
+            d.merge_ended(context)  # not d.end: this holds the lock already
+
+    def _begin_step(self, d: RequestHost) -> Request:
+        """A hybrid proposal's start (under the lock): the last proposal's verdict if it never
+        came (what extend confirmed of it), and the history owner, this request if none is."""
+        if self._observing:
+            self._observe(self._observed_prefix())
+        owner = d.owner
+        if owner is None:
+            d.claim_history(self)
+            owner = self
+        return owner
 
     def _extend_tree(self, new: list[int]) -> None:
         """:meth:`extend`'s confirmation for a tree proposal: along the branches that match longest."""
