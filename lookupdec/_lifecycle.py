@@ -161,18 +161,19 @@ class RequestHost:
         self._owner: weakref.ref[Request] | None = None
         self.waiting: list[list[int]] = []
         """Tokens of requests that ended while the owner was open: they join the history after it."""
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         """Held by every request's ``propose``, ``propose_tree``, ``trim``, ``extend`` and ``end``, by
         a request's start and by ``Drafter.save``: so threads may share a Drafter (a server's
         thread pool), each call running whole, as if the calls came one after another in one
         thread. Without it, two threads' calls interleaved inside the hybrid policy's shared state
         (the reference raised IndexError and "call begin_request()" errors; the counters lost
-        updates), and a save could miss a request ended while it wrote. Not reentrant (cheaper):
-        nothing called under it takes it again (a request's ``end`` merges through
-        :meth:`merge_ended`, not :meth:`end`). The compiled request of ``lookupdec.fast`` (the llama policy)
-        takes it only through :meth:`end`: its ``propose`` and ``extend`` change only its own
-        state and the counters, in compiled code that no other thread runs between (it calls no
-        Python code there).
+        updates), and a save could miss a request ended while it wrote. Reentrant, though nothing
+        called under it takes it again (a request's ``end`` merges through :meth:`merge_ended`):
+        a finalizer that the garbage collector runs in the middle of a call (an engine adapter
+        ending its requests when it is collected) must not deadlock. The compiled request of
+        ``lookupdec.fast`` (the llama policy) takes it only through :meth:`end`: its ``propose``
+        and ``extend`` change only its own state and the counters, in compiled code that no
+        other thread runs between (it calls no Python code there).
         """
 
     @property

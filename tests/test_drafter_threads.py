@@ -84,6 +84,15 @@ def in_threads(work: Callable[[int], None], n: int) -> list[BaseException]:
     return errors
 
 
+def assert_counts_add_up(drafter: Any, totals: list[dict[str, int]]) -> None:
+    """The drafter's counters hold every thread's requests, none lost, none open."""
+    stats = drafter.stats
+    assert stats.requests == THREADS * PER_THREAD and drafter.open_requests == 0
+    assert stats.proposals == sum(t["proposals"] for t in totals)
+    assert stats.n_drafted == sum(t["drafted"] for t in totals)
+    assert stats.n_accept == sum(t["accepted"] for t in totals)
+
+
 class ThreadTests(ImplTests):
     @pytest.mark.parametrize("policy", ["llama", "hybrid"])
     def test_threads_share_a_drafter(self, policy: str) -> None:
@@ -97,11 +106,7 @@ class ThreadTests(ImplTests):
         with switching_often():
             errors = in_threads(work, THREADS)
         assert errors == []
-        stats = drafter.stats
-        assert stats.requests == THREADS * PER_THREAD and drafter.open_requests == 0
-        assert stats.proposals == sum(t["proposals"] for t in totals)
-        assert stats.n_drafted == sum(t["drafted"] for t in totals)
-        assert stats.n_accept == sum(t["accepted"] for t in totals)
+        assert_counts_add_up(drafter, totals)
         # The same requests one after another: the dynamic cache counts the same tokens whatever
         # the order (the committed tokens are the text's), and the history holds as many.
         alone = self.impl.Drafter(n_draft=8, policy=policy)
@@ -138,6 +143,31 @@ class ThreadTests(ImplTests):
             for seg in segments(v):
                 expected.update(seg, len(seg))
         assert self.impl.NgramCache.load(str(path)).contents() == expected.contents()
+
+    def test_isolated_drafter_counts_every_thread(self) -> None:
+        from lookupdec.adapters import IsolatedDrafter
+
+        iso = IsolatedDrafter(n_draft=8, policy="hybrid", drafter_class=self.impl.Drafter)
+        totals = [{"proposals": 0, "drafted": 0, "accepted": 0} for _ in range(THREADS)]
+        running = threading.Semaphore(0)
+
+        def work(w: int) -> None:
+            if w == THREADS:  # reads the counts while the others start, draft and end requests
+                finished = 0
+                while finished < THREADS:
+                    assert iso.stats.requests >= 0 and iso.open_requests >= 0
+                    finished += running.acquire(blocking=False)
+                return
+            try:
+                for seg in segments(w):
+                    teacher_forced(iso, seg, totals[w])
+            finally:
+                running.release()
+
+        with switching_often():
+            errors = in_threads(work, THREADS + 1)
+        assert errors == []
+        assert_counts_add_up(iso, totals)
 
 
 class TestThreadsReference(ReferenceImpl, ThreadTests):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import os
+import threading
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -37,7 +38,8 @@ class IsolatedDrafter:
     :class:`lookupdec.Drafter`; e.g. ``lookupdec.reference.Drafter``).
     A hybrid-policy request's Drafter holds its own acceptance tables: about 5 MB while the
     request is open, and about 2 ms to make on a 2-core CPU (once per request, not per step); a
-    llama-policy one, about 10 µs (docs/speedup.md).
+    llama-policy one, about 10 µs (docs/speedup.md). Threads may share an IsolatedDrafter, as
+    they may a Drafter: its counts and open requests are kept under a lock of its own.
     """
 
     def __init__(
@@ -86,6 +88,11 @@ class IsolatedDrafter:
         # after it ended takes its host along, and its counts are folded into _done.
         self._live: weakref.WeakSet[Any] = weakref.WeakSet()
         self._done = [0, 0, 0, 0]  # the collected requests' counts: requests, proposals, drafted, accepted
+        # Guards _live and _done for threads sharing this drafter: iterating a WeakSet while
+        # another thread adds to it raised "Set changed size during iteration", and a fold
+        # interleaved with another lost counts. Reentrant: the finalizer that folds a collected
+        # request's counts can run, through the garbage collector, while this thread holds it.
+        self._lock = threading.RLock()
 
     @property
     def n_draft(self) -> int:
@@ -96,9 +103,10 @@ class IsolatedDrafter:
     def n_draft(self, n: int) -> None:
         n = operator.index(n)  # as Drafter.n_draft: 2.5 or 10**6 were taken, and every later request failed
         check_draft_length(n, "n_draft")
-        self._n_draft = n
-        for host in list(self._live):
-            host.n_draft = n
+        with self._lock:
+            self._n_draft = n
+            for host in list(self._live):
+                host.n_draft = n
 
     @property
     def static(self) -> Any:
@@ -117,9 +125,10 @@ class IsolatedDrafter:
     def threshold(self, value: float) -> None:
         if self.policy != "hybrid":
             raise ValueError(f"a threshold is the hybrid policy's; these requests draft with {self.policy!r}")
-        self._threshold = check_threshold(value)
-        for host in list(self._live):
-            host.hybrid.threshold = value
+        with self._lock:
+            self._threshold = check_threshold(value)
+            for host in list(self._live):
+                host.hybrid.threshold = value
 
     def request(self, prompt: Iterable[int] = ()) -> Any:
         """Start a request, the only one of a fresh Drafter (see :class:`lookupdec.Drafter.request`)."""
@@ -128,32 +137,36 @@ class IsolatedDrafter:
             d.policy_state.threshold = self._threshold
         req = d.request(prompt)
         host = d._host  # what the request holds of its Drafter (lookupdec._lifecycle.RequestHost)
-        self._live.add(host)
-        # When the request and its host are collected, its counts join the total. The finalizer
-        # holds the counters, not the host (which would then never be collected).
-        weakref.finalize(host, self._fold, host.tally)
+        with self._lock:
+            self._live.add(host)
+            # When the request and its host are collected, its counts join the total. The
+            # finalizer holds the counters, not the host (which would then never be collected).
+            weakref.finalize(host, self._fold, host.tally)
         return req
 
     def _fold(self, tally: Any) -> None:
-        done = self._done
-        done[0] += int(tally.requests)
-        done[1] += int(tally.proposals)
-        done[2] += int(tally.n_drafted)
-        done[3] += int(tally.n_accept)
+        with self._lock:
+            done = self._done
+            done[0] += int(tally.requests)
+            done[1] += int(tally.proposals)
+            done[2] += int(tally.n_drafted)
+            done[3] += int(tally.n_accept)
 
     @property
     def stats(self) -> DrafterStats:
         """Counts over every request so far (a snapshot), as :attr:`lookupdec.Drafter.stats` counts them."""
-        r, p, n, a = self._done
-        for host in list(self._live):
-            t = host.tally
-            r, p, n, a = r + t.requests, p + t.proposals, n + t.n_drafted, a + t.n_accept
+        with self._lock:
+            r, p, n, a = self._done
+            for host in list(self._live):
+                t = host.tally
+                r, p, n, a = r + t.requests, p + t.proposals, n + t.n_drafted, a + t.n_accept
         return DrafterStats(int(r), int(p), int(n), int(a))
 
     @property
     def open_requests(self) -> int:
         """Requests started and not yet ended (one dropped without ``end()`` counts until it is collected)."""
-        return sum(int(host.tally.open) for host in list(self._live))
+        with self._lock:
+            return sum(int(host.tally.open) for host in list(self._live))
 
     def save(self, path: Any = None) -> None:
         """Nothing to save: isolated requests share no dynamic cache (for the adapters, which save a Drafter's)."""
