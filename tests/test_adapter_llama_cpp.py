@@ -144,6 +144,51 @@ def test_a_chat_turn_that_extends_the_history_is_a_new_request() -> None:
     assert list(draft_model.follower.request.tokens[: len(turn)]) == turn
 
 
+def test_the_same_prompt_again_is_a_new_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A completion that stops right after the first draft call (max_tokens=2, a stop string, end
+    # of sequence) leaves the request at prompt + first token; the same prompt again (a
+    # regenerated answer) shows the draft model exactly that history once more. Taken as the
+    # same generation, every regeneration joined the first request, and the adaptive length
+    # measured the time between the two requests as one step's.
+    drafter = lookupdec.Drafter(n_draft=4)
+    draft_model = LookupDraftModel(drafter)
+    steps: list[int] = []
+    ctl = draft_model.follower.adaptive
+    assert ctl is not None
+    observe_step = ctl.observe_step
+
+    def spy(verified: int, seconds: float) -> None:
+        steps.append(verified)
+        observe_step(verified, seconds)
+
+    monkeypatch.setattr(ctl, "observe_step", spy)
+    llm = FakeLlama(draft_model)
+    outs = [llm.complete(PROMPT, 2) for _ in range(3)]
+    assert outs == [FakeLlama().complete(PROMPT, 2)] * 3
+    assert drafter.stats.requests == 3 and drafter.open_requests == 1
+    assert steps == []  # one draft call per generation: no step to measure
+    draft_model.end()
+
+
+def test_a_history_that_does_not_follow_the_draft_is_a_new_request() -> None:
+    # Within one generation, each draft call's history adds the accepted part of the last
+    # proposal and the model's own token. A new prompt that extends the last history by no more
+    # than that many tokens (a continuation of the generated text) but not by the proposal's
+    # first tokens is another generation.
+    history = [1, 2, 3, 4, 5, 1, 2, 3]
+    for follows in (True, False):
+        drafter = lookupdec.Drafter(n_draft=4)
+        draft_model = LookupDraftModel(drafter, adaptive=False)
+        proposal = draft_model(np.array(history, dtype=np.intc)).tolist()
+        assert len(proposal) == 4
+        other = next(t for t in range(VOCAB) if t != proposal[0])
+        step = [proposal[0], other] if follows else [other, proposal[0]]
+        draft_model(np.array(history + step, dtype=np.intc))
+        assert drafter.stats.requests == (1 if follows else 2) and drafter.open_requests == 1
+        assert drafter.stats.n_accept == (1 if follows else 0)
+        draft_model.end()
+
+
 def test_generate_ends_the_request_with_every_token() -> None:
     plain = FakeLlama().complete(PROMPT, 60)
     drafter = lookupdec.Drafter(n_draft=5)

@@ -234,6 +234,46 @@ def test_smollm2_through_create_completion(llama_cpp: Any, smollm2: Path) -> Non
     assert drafter.stats.n_accept > 0
 
 
+@pytest.mark.parametrize("policy", ["llama", "hybrid"])
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+def test_smollm2_regenerated_chat_answers_are_requests_of_their_own(
+    llama_cpp: Any, smollm2: Path, impl: str, policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same chat again (a regenerated answer), through ``create_chat_completion``: each call
+    is a request of its own, and no step of the adaptive length spans two of them.
+
+    With ``max_tokens=2`` the draft model is called once per call, after the first token: the
+    request stays at the prompt and that token, and the next call's first history is exactly
+    that again (llama-cpp-python reuses the prompt's KV state and samples the same token).
+    """
+    from lookupdec.adapters import DraftLength
+
+    steps: list[float] = []
+    real_observe_step = DraftLength.observe_step
+
+    def spy(self: DraftLength, verified: int, seconds: float) -> None:
+        steps.append(seconds)
+        real_observe_step(self, verified, seconds)
+
+    monkeypatch.setattr(DraftLength, "observe_step", spy)
+    messages = [{"role": "user", "content": "Repeat exactly: def foo(x): return foo(x - 1) + foo(x - 2)"}]
+    plain_llm = load(llama_cpp, smollm2, n_ctx=512)
+    plain = [plain_llm.create_chat_completion(messages=messages, temperature=0, max_tokens=n) for n in (2, 24)]
+    drafter = lookupdec.implementation(impl).Drafter(n_draft=8, policy=policy)
+    llm = load(llama_cpp, smollm2, n_ctx=512)
+    draft_model = llm.draft_model = LookupDraftModel(drafter, n_vocab=llm.n_vocab())
+    for _ in range(3):
+        got = llm.create_chat_completion(messages=messages, temperature=0, max_tokens=2)
+        assert got["choices"][0]["message"] == plain[0]["choices"][0]["message"]
+    assert drafter.stats.requests == 3 and drafter.open_requests == 1
+    assert steps == []  # one draft call in each request: nothing to time
+    got = llm.create_chat_completion(messages=messages, temperature=0, max_tokens=24)
+    assert got["choices"][0]["message"] == plain[1]["choices"][0]["message"]
+    assert drafter.stats.requests == 4 and steps  # a longer answer's steps are timed
+    draft_model.end()
+    assert drafter.open_requests == 0
+
+
 def test_smollm2_vocabulary_mismatch_is_a_clear_error(llama_cpp: Any, smollm2: Path) -> None:
     llm = load(llama_cpp, smollm2, n_ctx=512)
     n_vocab = llm.n_vocab()

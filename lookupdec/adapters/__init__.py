@@ -441,9 +441,10 @@ class HistoryFollower:
 
     :meth:`propose` syncs the current request with the history, then drafts. Within one
     generation, each call's history extends the last one by the accepted part of the last
-    proposal and the model's own token: at most ``len(proposal) + 1`` tokens. A history that
-    extends the last by more (a chat's next turn: the previous history, the reply's tail, the
-    new message) or that does not extend it (a new prompt, a rewind) is a new generation: the
+    proposal and the model's own token: one token, then at most ``len(proposal)`` of the
+    proposal's first. A history that extends the last otherwise (a chat's next turn: the
+    previous history, the reply's tail, the new message; a continuation of the generated text),
+    or not at all (a new prompt, the same prompt again, a rewind), is a new generation: the
     request ends (merging it into the dynamic cache) and a new one starts with the history as
     its prompt.
 
@@ -475,6 +476,7 @@ class HistoryFollower:
         self.adaptive = adaptive
         """The draft length's controller (None: always the ``k`` asked for)."""
         self._returned = 0.0  # when the last proposal was returned (perf_counter)
+        self._sent: list[int] = []  # the last proposal as returned (while max_growth is not None)
         self._source = RULE  # where the last proposal came from (DraftLength's sources)
         drafter_vocab = getattr(drafter, "vocab_size", None)
         if vocab_size is not None and drafter_vocab is not None and drafter_vocab > vocab_size:
@@ -495,7 +497,7 @@ class HistoryFollower:
             known = req.tokens
             n = len(known)
             grows = len(history) - n
-            within = same_generation or self.max_growth is None or grows <= self.max_growth
+            within = same_generation or self.max_growth is None or self._follows_proposal(history, n)
             if grows >= 0 and within and history[:n] == known:
                 if grows > 0:
                     self._check_ids(history, n)
@@ -556,6 +558,7 @@ class HistoryFollower:
                         "refuse them when they are opened)"
                     )
         self.max_growth = len(proposal) + 1
+        self._sent = proposal
         self._returned = time.perf_counter()
         return proposal
 
@@ -567,6 +570,20 @@ class HistoryFollower:
             self.request.end()
             self.request = None
         self.max_growth = None
+
+    def _follows_proposal(self, history: list[int], n: int) -> bool:
+        """Whether ``history`` adds to the request's ``n`` tokens what one step after the last proposal adds.
+
+        That is the proposal's first tokens (those accepted), then one of the model's. Growth
+        alone (at most ``max_growth`` tokens) also took the same prompt again, whose first draft
+        call shows the last request's history once more when that request stopped after one
+        draft call (a regenerated answer), for the same generation: every regeneration joined
+        the first request, and the adaptive length measured the time between them as one step.
+        """
+        grows = len(history) - n
+        if not 1 <= grows <= len(self._sent) + 1:
+            return False
+        return history[n : n + grows - 1] == self._sent[: grows - 1]
 
 
 def _check_source(source: int) -> None:

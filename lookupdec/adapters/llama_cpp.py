@@ -19,9 +19,10 @@ prompt, every accepted token, and the token just sampled); llama-cpp-python tell
 neither when a generation starts nor when it ends. :meth:`LookupDraftModel.generate` wraps
 ``llm.generate`` and ends the request with its exact final history (every token it yielded)
 when it returns or is closed. Through ``llm(...)``, ``create_completion`` or
-``create_chat_completion``, a history that extends the last by more than one step can (a chat's
-next turn) or that does not extend it (a new prompt) ends the request and starts a new one; the
-last request stays open until then or until :meth:`LookupDraftModel.end`, and the tokens
+``create_chat_completion``, a history that is not the next step of the last (the accepted part
+of the last draft and one more token: see :class:`lookupdec.adapters.HistoryFollower`), such as a
+chat's next turn, a new prompt or the same prompt again, ends the request and starts a new one;
+the last request stays open until then or until :meth:`LookupDraftModel.end`, and the tokens
 sampled after the last draft call are counted only when ``end`` is given the final history.
 
 ``n_vocab`` (the model's, ``llm.n_vocab()``) bounds the drafted ids: a drafter built for a
