@@ -28,14 +28,16 @@ class FakeLlama:
     (``input_ids[: n_tokens + len(tokens)]``, an ``intc`` array) and its draft, cut to the context
     size, joins the tokens evaluated next. A new prompt reuses the longest common prefix.
     The model's next token is a fixed pseudo-random function of the last two tokens (greedy).
+    ``n_buffer``: the size of ``input_ids`` when not ``n_ctx``, as upstream sizes it by the
+    context asked for while llama.cpp may give a larger one (``Llama(n_ctx=128).n_ctx()`` is 256).
     """
 
-    def __init__(self, draft_model: Any = None, n_ctx: int = 256, seed: int = 7) -> None:
+    def __init__(self, draft_model: Any = None, n_ctx: int = 256, seed: int = 7, n_buffer: int | None = None) -> None:
         rng = random.Random(seed)
         self.table = {(a, b): rng.randrange(VOCAB) for a in range(VOCAB) for b in range(VOCAB)}
         self.draft_model = draft_model
         self.ctx_size = n_ctx
-        self.input_ids = np.zeros(n_ctx, dtype=np.intc)
+        self.input_ids = np.zeros(n_ctx if n_buffer is None else n_buffer, dtype=np.intc)
         self.n_tokens = 0
         self.drafted = 0
         self.accepted = 0  # drafted tokens the model confirmed (counted when the confirmation is yielded)
@@ -208,6 +210,23 @@ def test_generate_ends_the_request_with_every_token() -> None:
     with pytest.raises(ValueError, match="draft_model"):
         next(LookupDraftModel(drafter).generate(llm, PROMPT))
     assert head == FakeLlama().complete([3, 1, 4, 1, 5], 7)
+
+
+def test_drafts_fit_the_history_buffer_when_the_context_is_padded() -> None:
+    # llama-cpp-python 0.3.36 sizes its input_ids and scores by the n_ctx asked for, but cuts a
+    # draft at llama.cpp's context, which may be padded past it (n_ctx=128 gives 256): a draft
+    # past the buffer's end failed the step ("could not broadcast input array from shape (9,)
+    # into shape (6,)") where plain generation still had room for every token it was asked for.
+    prompt = PROMPT * 4
+    plain = FakeLlama(n_ctx=256, n_buffer=128).complete(prompt, 128 - len(prompt) - 1)
+    drafter = lookupdec.Drafter(n_draft=8)
+    draft_model = LookupDraftModel(drafter, adaptive=False)
+    llm = FakeLlama(draft_model, n_ctx=256, n_buffer=128)
+    assert llm.complete(prompt, len(plain)) == plain
+    assert drafter.stats.n_drafted == llm.drafted  # what was counted is what the engine verified
+    # generate stops at the buffer's end (without a limit: at the context's end, which it cannot reach)
+    out = list(draft_model.generate(llm, prompt))
+    assert len(prompt) + len(out) == 128 and out[: len(plain)] == plain
 
 
 def test_vocabulary_mismatch_is_a_clear_error() -> None:

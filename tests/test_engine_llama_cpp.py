@@ -274,6 +274,24 @@ def test_smollm2_regenerated_chat_answers_are_requests_of_their_own(
     assert drafter.open_requests == 0
 
 
+def test_smollm2_completion_to_the_end_of_a_padded_context(llama_cpp: Any, smollm2: Path) -> None:
+    """``Llama(n_ctx=128)``: llama.cpp pads the context to 256, llama-cpp-python's buffers hold
+    128 tokens. A completion that fills 127 of them works plain; drafted, a draft cut at the
+    padded context ran past the buffers (a NumPy broadcast error) until drafts fit them."""
+    prompt = "<|im_start|>user\nRepeat this code:\n" + "def foo(y):\n    return y * 3 + foo(y - 2)\n" * 4
+    prompt += "<|im_end|>\n<|im_start|>assistant\n"
+    plain_llm = load(llama_cpp, smollm2, n_ctx=128)
+    n_prompt = len(plain_llm.tokenize(prompt.encode(), special=True))
+    plain = plain_llm(prompt, max_tokens=127 - n_prompt, temperature=0)["choices"][0]
+    assert plain["finish_reason"] == "length"  # the prompt is copied to the last token asked for
+    # long drafts (the copy's): a draft call's history within 32 tokens of the buffer's end drafts past it
+    drafter = lookupdec.Drafter(n_draft=32, policy="hybrid")
+    llm = load(llama_cpp, smollm2, n_ctx=128)
+    llm.draft_model = LookupDraftModel(drafter, n_vocab=llm.n_vocab(), adaptive=False)
+    assert llm(prompt, max_tokens=127 - n_prompt, temperature=0)["choices"][0]["text"] == plain["text"]
+    assert drafter.stats.n_accept > 0
+
+
 def test_smollm2_vocabulary_mismatch_is_a_clear_error(llama_cpp: Any, smollm2: Path) -> None:
     llm = load(llama_cpp, smollm2, n_ctx=512)
     n_vocab = llm.n_vocab()

@@ -67,6 +67,24 @@ LLAMA_CPP_AVAILABLE: bool = _DraftModelBase is not object
 """True when llama-cpp-python is installed and :class:`LookupDraftModel` is a ``LlamaDraftModel``."""
 
 
+def _room(history: npt.NDArray[Any]) -> int | None:
+    """How many drafted tokens the engine can hold after ``history`` (None: not known).
+
+    ``Llama.generate`` passes ``input_ids[: n]``, a view of the buffer it writes the next step's
+    tokens into (the token just sampled, at ``n - 1``, and the draft after it). llama-cpp-python
+    0.3.36 sizes that buffer, and ``scores``, by the ``n_ctx`` asked for, but cuts a draft at
+    llama.cpp's context, which may be padded past it (``Llama(n_ctx=128).n_ctx()`` is 256): a
+    draft past the buffer's end then failed the step with a NumPy broadcast error where plain
+    generation still had room.
+    """
+    base = history.base
+    if not isinstance(base, np.ndarray) or base.ndim != 1 or history.ndim != 1:
+        return None
+    if history.__array_interface__["data"][0] != base.__array_interface__["data"][0]:
+        return None  # not the buffer's start: the room is not known
+    return int(base.shape[0]) - int(history.shape[0])
+
+
 def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """Whether this CPU has Intel AMX (read from Linux's ``/proc/cpuinfo``; False where it cannot be read)."""
     try:
@@ -133,9 +151,17 @@ class LookupDraftModel(_DraftModelBase):
         """Ids a proposal is cut before."""
 
     def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
-        """The draft that follows ``input_ids`` (the committed history), as ``numpy.intc`` ids."""
-        history: list[int] = np.asarray(input_ids).tolist()
-        proposal = self.follower.propose(history, self.n_draft, self.stop)
+        """The draft that follows ``input_ids`` (the committed history), as ``numpy.intc`` ids.
+
+        The draft fits the engine's buffers (:func:`_room`): no longer than the room left in the
+        array ``input_ids`` is the start of."""
+        ids = np.asarray(input_ids)
+        history: list[int] = ids.tolist()
+        k = self.n_draft
+        room = _room(ids)
+        if room is not None:
+            k = max(0, min(k, room))
+        proposal = self.follower.propose(history, k, self.stop)
         return np.array(proposal, dtype=np.intc)
 
     def generate(
@@ -145,8 +171,9 @@ class LookupDraftModel(_DraftModelBase):
 
         ``llm`` must have this object as its ``draft_model``. Generation stops before the
         model's end-of-sequence token and after ``max_tokens`` tokens (None, 0 or less: at the
-        context's end, as llama-cpp-python's ``create_completion`` reads them); the request ends
-        with the prompt and every yielded token when the generator returns or is closed.
+        context's end, as llama-cpp-python's ``create_completion`` reads them, or at its buffers'
+        when they are smaller); the request ends with the prompt and every yielded token when the
+        generator returns or is closed.
         """
         if getattr(llm, "draft_model", None) is not self:
             raise ValueError("LookupDraftModel.generate needs llm.draft_model to be this draft model")
@@ -158,6 +185,9 @@ class LookupDraftModel(_DraftModelBase):
         history = [int(t) for t in tokens]
         n_prompt = len(history)
         n_ctx = int(llm.n_ctx())
+        buffer = getattr(llm, "input_ids", None)
+        if isinstance(buffer, np.ndarray):  # smaller than llama.cpp's padded context: see _room
+            n_ctx = min(n_ctx, len(buffer))
         eos = int(llm.token_eos())
         try:
             for token in llm.generate(history, **kwargs):
