@@ -140,6 +140,11 @@ def test_llama_cpp_generate_max_tokens() -> None:
     assert list(draft_model.generate(llm, PROMPT, max_tokens=0)) == everything
     assert list(draft_model.generate(llm, PROMPT, max_tokens=-1)) == everything
     assert list(draft_model.generate(llm, PROMPT, max_tokens=3)) == everything[:3]
+    # an empty prompt: llama-cpp-python's bare AssertionError, and a request counted for it
+    requests = draft_model.follower.drafter.stats.requests
+    with pytest.raises(ValueError, match="at least one token"):
+        next(draft_model.generate(llm, []))
+    assert draft_model.follower.drafter.stats.requests == requests
 
 
 def test_token_readers_refuse_what_is_not_a_regular_file(tmp_path: Path) -> None:

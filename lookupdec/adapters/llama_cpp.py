@@ -183,6 +183,8 @@ class LookupDraftModel(_DraftModelBase):
             if max_tokens <= 0:
                 max_tokens = None
         history = [int(t) for t in tokens]
+        if not history:  # llama-cpp-python's own check is a bare assert, and a request was counted
+            raise ValueError("LookupDraftModel.generate needs a prompt of at least one token")
         n_prompt = len(history)
         n_ctx = int(llm.n_ctx())
         buffer = getattr(llm, "input_ids", None)
