@@ -145,6 +145,9 @@ def check_output_path(
     path: str | os.PathLike[str],
     inputs: Iterable[str | os.PathLike[str]] = (),
     outputs: Iterable[str | os.PathLike[str]] = (),
+    *,
+    what: str = "the output",
+    writable: bool = True,
 ) -> str:
     """The real path an output to ``path`` will replace, after the checks every output gets.
 
@@ -152,7 +155,8 @@ def check_output_path(
     :class:`~lookupdec.errors.OutputFileError` naming ``path`` when it is empty, when it exists
     and is not a regular file, when it is the same file as one of ``inputs`` (``create X -o X``
     would destroy the corpus) or of the command's other ``outputs`` (the second written would
-    replace the first), or when its folder does not exist or is not writable.
+    replace the first), or when its folder does not exist or (``writable``) is not writable.
+    ``what`` names the output in the folder's errors.
     """
     target = os.fspath(path)
     if not target:  # realpath("") is the current folder: "exists and is a folder" said nothing useful
@@ -180,11 +184,11 @@ def check_output_path(
                     )
     folder = os.path.dirname(real)
     if not os.path.isdir(folder):
-        raise OutputFileError(target, f"the output's folder does not exist ({folder})")
+        raise OutputFileError(target, f"{what}'s folder does not exist ({folder})")
     # Before the work, so that a command with two outputs (create -o --corpus-out) does not write
     # the first and then fail on the second (a read-only folder: EROFS or EACCES).
-    if not os.access(folder, os.W_OK):
-        raise OutputFileError(target, f"the output's folder is not writable ({folder})")
+    if writable and not os.access(folder, os.W_OK):
+        raise OutputFileError(target, f"{what}'s folder is not writable ({folder})")
     return real
 
 

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Protocol, cast
 
+from lookupdec._atomic import check_output_path
 from lookupdec._shared_file import merge_into_file
-from lookupdec.errors import CacheFormatError, OutputFileError, RequestClosedError, VocabularyError
+from lookupdec.errors import CacheFormatError, RequestClosedError, VocabularyError
 from lookupdec.formats.detect import detect_format
 from lookupdec.formats.index_header import read_index_vocab
 from lookupdec.result import common_prefix, tree_nodes
@@ -167,10 +168,10 @@ class RequestHost:
         thread pool), each call running whole, as if the calls came one after another in one
         thread. Without it, two threads' calls interleaved inside the hybrid policy's shared state
         (the reference raised IndexError and "call begin_request()" errors; the counters lost
-        updates), and a save could miss a request ended while it wrote. Reentrant, though nothing
-        called under it takes it again (a request's ``end`` merges through :meth:`merge_ended`):
-        a finalizer that the garbage collector runs in the middle of a call (an engine adapter
-        ending its requests when it is collected) must not deadlock. The compiled request of
+        updates), and a save could miss a request ended while it wrote. Reentrant: a request's
+        ``end`` holds it when the host's :meth:`end` takes it again, and a finalizer that the
+        garbage collector runs in the middle of a call (an engine adapter ending its requests when
+        it is collected) must not deadlock. The compiled request of
         ``lookupdec.fast`` (the llama policy) takes it only through :meth:`end`: its ``propose``
         and ``extend`` change only its own state and the counters, in compiled code that no
         other thread runs between (it calls no Python code there).
@@ -211,14 +212,10 @@ class RequestHost:
     def end(self, context: Cache) -> None:
         """A request ended: its context cache joins the dynamic cache (and what the next save adds)."""
         with self.lock:
-            self.merge_ended(context)
-
-    def merge_ended(self, context: Cache) -> None:
-        """:meth:`end`'s work, for a caller that holds :attr:`lock`."""
-        self.dynamic.merge(context)
-        if self.added is not None:
-            self.added.merge(context)
-        self.tally.open -= 1
+            self.dynamic.merge(context)
+            if self.added is not None:
+                self.added.merge(context)
+            self.tally.open -= 1
 
     def claim_history(self, request: Request) -> None:
         """Make ``request`` the history owner: a new request in the suffix history."""
@@ -353,11 +350,10 @@ class Drafter:
         self._owns_dynamic = True
         if isinstance(dynamic, (str, os.PathLike)):
             self._dynamic_path = os.fspath(dynamic)
-            folder = os.path.dirname(os.path.realpath(self._dynamic_path))
-            if not os.path.isdir(folder):
-                # save() writes there: it failed only then, at the end of a server's run, with
-                # everything its requests taught lost (a read-only folder may be meant: not refused)
-                raise OutputFileError(self._dynamic_path, f"the dynamic cache's folder does not exist ({folder})")
+            # save() writes there: an empty path, a folder or device, a missing folder failed only
+            # then, at the end of a server's run, with everything its requests taught lost (a
+            # read-only folder may be meant: not refused)
+            check_output_path(self._dynamic_path, what="the dynamic cache", writable=False)
             if os.path.exists(self._dynamic_path) and os.path.getsize(self._dynamic_path) > 0:
                 fmt = detect_format(self._dynamic_path)
                 if fmt != "llama":  # save() would write it back in llama.cpp's format, merged
@@ -850,7 +846,7 @@ class Request:
             self._own = None
             self._proposal = []
             self._matched = -1
-            d.merge_ended(context)  # not d.end: this holds the lock already
+            d.end(context)
 
     def _begin_step(self, d: RequestHost) -> Request:
         """A hybrid proposal's start (under the lock): the last proposal's verdict if it never

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lookupdec._rawids import TOKEN_SUFFIXES as TOKEN_SUFFIXES  # re-exported: its home before _rawids
-from lookupdec._rawids import check_raw_size, require_regular
+from lookupdec._rawids import check_raw_size, refuse_irregular, require_regular
 from lookupdec.errors import TokenFileError
 from lookupdec.rules import INT32_MAX as INT32_MAX  # re-exported: callers read them here
 from lookupdec.rules import INT32_MIN as INT32_MIN
@@ -126,6 +126,7 @@ def _load_tokenizer(tokenizer_json: str | os.PathLike[str]) -> Any:
     name = os.fspath(tokenizer_json)
     if not os.path.exists(name):
         raise FileNotFoundError(2, "No such file or directory", name)
+    require_regular(name)  # a fifo blocked the read for ever
     try:
         return Tokenizer.from_file(name)
     except Exception as e:  # tokenizers raises a bare Exception on a malformed file
@@ -195,9 +196,14 @@ def exact_tokenizer(path: str | os.PathLike[str]) -> Any:
     Loaded once per path and modification time (``create`` needs it for the ids and the header).
     """
     name = os.fspath(path)
-    if not os.path.exists(name):
-        raise FileNotFoundError(2, "No such file or directory", name)
-    return _exact_tokenizer(os.path.abspath(name), os.stat(name).st_mtime_ns)
+    try:
+        st = os.stat(name)
+    except FileNotFoundError:
+        raise FileNotFoundError(2, "No such file or directory", name) from None
+    # Here, not in the readers behind: a fifo's TokenFileError from load_tokenizer was taken for
+    # "not a tokenizer.json", and is_gguf then opened the fifo and blocked for ever.
+    refuse_irregular(name, st.st_mode)
+    return _exact_tokenizer(os.path.abspath(name), st.st_mtime_ns)
 
 
 @functools.cache
@@ -302,8 +308,7 @@ def load_tokens(
         raise ValueError("give either --tokens or --tokenizer, not both")
     require_regular(name)
     if tokenizer is not None:
-        require_regular(os.fsdecode(tokenizer))
-        exact = exact_tokenizer(tokenizer)
+        exact = exact_tokenizer(tokenizer)  # refuses a tokenizer that is not a regular file
         if exact is not None:
             return tokenize_exact(name, exact, add_bos=add_bos)
         return tokenize_file(name, tokenizer, add_bos=add_bos)

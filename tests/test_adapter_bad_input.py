@@ -20,9 +20,9 @@ import lookupdec
 from lookupdec.adapters import BatchCost, DraftLength, HistoryFollower, IsolatedDrafter, set_threshold
 from lookupdec.adapters.vllm import LookupProposer, save_interval_from_env
 from lookupdec.errors import TokenFileError
-from lookupdec.tokens import check_token_ids, load_tokens, read_tokens
-from tests.conftest import DEMO_DATA
+from lookupdec.tokens import check_token_ids, exact_tokenizer, load_tokens, read_tokens, vocab_info
 from tests.fake_vllm import vllm_config
+from tests.test_tokenizer import gguf, needs_vocab
 
 IMPLS = ["reference", "fast"]
 
@@ -150,19 +150,23 @@ def test_llama_cpp_generate_max_tokens() -> None:
 def test_token_readers_refuse_what_is_not_a_regular_file(tmp_path: Path) -> None:
     fifo = tmp_path / "ids.bin"
     os.mkfifo(fifo)
-    spm = DEMO_DATA.parents[2] / "shared" / "data" / "vocab" / "ggml-vocab-llama-spm.gguf"
     calls: list[Callable[[], object]] = [
         lambda: read_tokens(fifo),  # blocked for ever
         lambda: read_tokens("/dev/zero"),  # silently []
         lambda: load_tokens("/dev/zero", tokens=True),
         lambda: load_tokens(tmp_path / "x.bin", tokenizer=fifo),
+        lambda: vocab_info(fifo),  # blocked for ever: is_gguf opened it after load_tokenizer refused it
+        lambda: exact_tokenizer("/dev/zero"),  # None: Hugging Face's reader was then given /dev/zero
     ]
     for call in calls:
         with pytest.raises(TokenFileError, match="not a regular file"):
             call()
-    if spm.exists():
-        with pytest.raises(TokenFileError, match="/dev/zero: is a character device"):
-            load_tokens("/dev/zero", tokenizer=spm)  # silently [BOS]
+
+
+@needs_vocab
+def test_token_text_that_is_a_device_is_refused() -> None:
+    with pytest.raises(TokenFileError, match="/dev/zero: is a character device"):
+        load_tokens("/dev/zero", tokenizer=gguf("llama-spm"))  # silently [BOS]
 
 
 def test_npy_headers_and_shapes(tmp_path: Path) -> None:

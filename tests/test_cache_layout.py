@@ -213,14 +213,14 @@ def test_filled_i32_has_n_copies(blocks: int, extra: int) -> None:
 
 @pytest.mark.parametrize("blocks, extra", [(0, 0), (0, 1), (1, -1), (1, 0), (1, 1), (3, 5), (128, 0)])
 def test_zeros_i64_has_n_zeros(blocks: int, extra: int) -> None:
-    # zeros_i64 appends below GROW_BLOCK and copies ZEROS_I64 from it on (a HybridState's tables).
-    n = blocks * _tables.GROW_BLOCK + extra
+    # zeros_i64 appends below FILL_BLOCK and copies blocks from it on (a HybridState's tables).
+    n = blocks * _tables.FILL_BLOCK + extra
     v = _tables.zeros_i64(n)
     assert len(v) == n
     assert list(v) == [0] * n
-    for i in range(n):  # the tables are written in place: the copies' source must stay zeros
+    for i in range(n):  # the tables are written in place: no later vec may share their buffer
         v[i] = 7
-    assert list(_tables.ZEROS_I64) == [0] * _tables.GROW_BLOCK
+    assert list(_tables.zeros_i64(n)) == [0] * n
 
 
 # --- spare room past the counts ----------------------------------------------------------------

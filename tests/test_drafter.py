@@ -323,6 +323,10 @@ class DrafterTests(ImplTests):
 
         with pytest.raises(OutputFileError, match="dynamic cache's folder does not exist"):
             self.impl.Drafter(dynamic=tmp_path / "missing" / "dynamic.bin")
+        with pytest.raises(OutputFileError, match="empty output path"):
+            self.impl.Drafter(dynamic="")  # accepted, and save() failed
+        with pytest.raises(OutputFileError, match="exists and is a folder"):
+            self.impl.Drafter(dynamic=tmp_path)
         self.impl.Drafter(dynamic=tmp_path / "dynamic.bin").save()  # a new file in a folder that exists
         assert (tmp_path / "dynamic.bin").exists()
 

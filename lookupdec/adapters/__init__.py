@@ -471,12 +471,10 @@ class HistoryFollower:
         """The request being followed (None before the first :meth:`sync` and after :meth:`end`)."""
         self.vocab_size = vocab_size
         """The model's vocabulary size (None: not checked)."""
-        self.max_growth: int | None = None
-        """How many tokens the next history may add and still be the same generation (None: any)."""
         self.adaptive = adaptive
         """The draft length's controller (None: always the ``k`` asked for)."""
         self._returned = 0.0  # when the last proposal was returned (perf_counter)
-        self._sent: list[int] = []  # the last proposal as returned (while max_growth is not None)
+        self._sent: list[int] | None = None  # the last proposal as returned (None: none in this generation)
         self._source = RULE  # where the last proposal came from (DraftLength's sources)
         drafter_vocab = getattr(drafter, "vocab_size", None)
         if vocab_size is not None and drafter_vocab is not None and drafter_vocab > vocab_size:
@@ -497,7 +495,7 @@ class HistoryFollower:
             known = req.tokens
             n = len(known)
             grows = len(history) - n
-            within = same_generation or self.max_growth is None or self._follows_proposal(history, n)
+            within = same_generation or self._sent is None or self._follows_proposal(history, n, self._sent)
             if grows >= 0 and within and history[:n] == known:
                 if grows > 0:
                     self._check_ids(history, n)
@@ -507,7 +505,7 @@ class HistoryFollower:
         if req is not None:
             req.end()
         self.request = self.drafter.request(history)
-        self.max_growth = None
+        self._sent = None
         return self.request
 
     def _check_ids(self, history: list[int], start: int) -> None:
@@ -557,7 +555,6 @@ class HistoryFollower:
                         f"drafter's caches hold ids of another tokenizer (give Drafter(vocab_size={limit}) to "
                         "refuse them when they are opened)"
                     )
-        self.max_growth = len(proposal) + 1
         self._sent = proposal
         self._returned = time.perf_counter()
         return proposal
@@ -569,21 +566,27 @@ class HistoryFollower:
         if self.request is not None:
             self.request.end()
             self.request = None
-        self.max_growth = None
+        self._sent = None
 
-    def _follows_proposal(self, history: list[int], n: int) -> bool:
-        """Whether ``history`` adds to the request's ``n`` tokens what one step after the last proposal adds.
+    @property
+    def max_growth(self) -> int | None:
+        """The most tokens the next history adds in the same generation: the last proposal's
+        length + 1 (None: no proposal in this generation yet, so any extension continues it)."""
+        return None if self._sent is None else len(self._sent) + 1
 
-        That is the proposal's first tokens (those accepted), then one of the model's. Growth
-        alone (at most ``max_growth`` tokens) also took the same prompt again, whose first draft
-        call shows the last request's history once more when that request stopped after one
-        draft call (a regenerated answer), for the same generation: every regeneration joined
-        the first request, and the adaptive length measured the time between them as one step.
+    @staticmethod
+    def _follows_proposal(history: list[int], n: int, sent: list[int]) -> bool:
+        """Whether ``history`` adds to the request's ``n`` tokens what one step after proposing
+        ``sent`` adds: its first tokens (those accepted), then one of the model's.
+
+        Growth alone (at most :attr:`max_growth` tokens) also took the same prompt again, when
+        the last request stopped after one draft call (a regenerated answer), for the same
+        generation, and the adaptive length timed the pause between the calls as one step.
         """
         grows = len(history) - n
-        if not 1 <= grows <= len(self._sent) + 1:
+        if not 1 <= grows <= len(sent) + 1:
             return False
-        return history[n : n + grows - 1] == self._sent[: grows - 1]
+        return history[n : n + grows - 1] == sent[: grows - 1]
 
 
 def _check_source(source: int) -> None:

@@ -126,9 +126,9 @@ class IsolatedDrafter:
         if self.policy != "hybrid":
             raise ValueError(f"a threshold is the hybrid policy's; these requests draft with {self.policy!r}")
         with self._lock:
-            self._threshold = check_threshold(value)
+            self._threshold = checked = check_threshold(value)
             for host in list(self._live):
-                host.hybrid.threshold = value
+                host.hybrid.threshold = checked
 
     def request(self, prompt: Iterable[int] = ()) -> Any:
         """Start a request, the only one of a fresh Drafter (see :class:`lookupdec.Drafter.request`)."""
